@@ -1,0 +1,27 @@
+# Set-up and the two jobs of the README. Everything installs into .venv with the pinned torch.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: zoo test test-all bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -c constraints.txt -e '.[test,zoo]'
+	touch $(STAMP)
+
+zoo: $(STAMP)  ## the main job: the model-zoo sweep on the default set
+	$(PY) -m model_zoo_checks.zoo $(ZOO_ARGS)
+
+test: $(STAMP)  ## the default test run (slow sweeps left out)
+	$(PY) -m pytest -n 2 -q $(TEST_ARGS)
+
+test-all: $(STAMP)  ## every test, slow sweeps included
+	$(PY) -m pytest -n 2 -q --runslow $(TEST_ARGS)
+
+bench: $(STAMP)  ## the benchmark suite (writes reports/bench.json)
+	$(PY) -m model_zoo_checks.benchmarks $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) reports

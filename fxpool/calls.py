@@ -1,0 +1,196 @@
+"""Recognising adaptive pool calls in every spelling, and normalising their arguments.
+
+A *pool call* is one of:
+
+- the modules ``nn.AdaptiveAvgPool1d/2d/3d``, ``nn.AdaptiveMaxPool1d/2d/3d`` (subclasses too) and
+  ``nn.Upsample(mode="area")``;
+- the functions ``F.adaptive_avg_pool1d/2d/3d`` (``torch.adaptive_avg_pool1d`` is the same object),
+  ``torch._C._nn.adaptive_avg_pool2d/3d``, ``F.adaptive_max_pool1d/2d/3d`` (the ``boolean_dispatch``
+  wrappers torch.fx records as targets), their ``*_with_indices`` forms, ``torch.adaptive_max_pool1d``,
+  ``torch._C._nn.adaptive_max_pool2d/3d`` and ``F.interpolate(..., mode="area")``,
+
+with ``output_size`` as int or tuple, positional or keyword, and ``None`` entries. This module
+turns each into a :class:`PoolCall`; it knows nothing of torch.fx or of how pools are replaced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .errors import PoolCallError
+from .planning import PoolFamily
+
+
+@dataclass(frozen=True)
+class PoolCall:
+    """One adaptive pool as written in the model, before any sizes are known."""
+
+    family: PoolFamily
+    spatial_dims: int | None  # None: interpolate's, known only from its input's rank
+    op: str
+    form: str  # "module" or "functional"
+    output_size: tuple[int | None, ...] | None  # None: interpolate with scale_factor
+    return_indices: bool = False
+    dynamic_output_size: bool = False  # output_size is computed in the graph, not a constant
+
+    @property
+    def requested(self) -> str:
+        """The output size as the model asks for it, for reports."""
+        if self.output_size is None:
+            return "scale_factor"
+        return str(self.output_size[0] if len(self.output_size) == 1 else self.output_size)
+
+
+@dataclass(frozen=True)
+class _FunctionForm:
+    family: PoolFamily
+    spatial_dims: int | None
+    op: str
+    always_indices: bool = False  # returns (values, indices) whatever its arguments say
+    accepts_return_indices: bool = False
+
+
+def _function_forms() -> dict[Callable[..., Any], _FunctionForm]:
+    table: dict[Callable[..., Any], _FunctionForm] = {
+        F.adaptive_avg_pool1d: _FunctionForm("avg", 1, "F.adaptive_avg_pool1d"),
+        F.adaptive_avg_pool2d: _FunctionForm("avg", 2, "F.adaptive_avg_pool2d"),
+        F.adaptive_avg_pool3d: _FunctionForm("avg", 3, "F.adaptive_avg_pool3d"),
+        torch._C._nn.adaptive_avg_pool2d: _FunctionForm("avg", 2, "torch._C._nn.adaptive_avg_pool2d"),
+        torch._C._nn.adaptive_avg_pool3d: _FunctionForm("avg", 3, "torch._C._nn.adaptive_avg_pool3d"),
+        F.adaptive_max_pool1d: _FunctionForm("max", 1, "F.adaptive_max_pool1d", accepts_return_indices=True),
+        F.adaptive_max_pool2d: _FunctionForm("max", 2, "F.adaptive_max_pool2d", accepts_return_indices=True),
+        F.adaptive_max_pool3d: _FunctionForm("max", 3, "F.adaptive_max_pool3d", accepts_return_indices=True),
+        F.adaptive_max_pool1d_with_indices: _FunctionForm("max", 1, "F.adaptive_max_pool1d_with_indices", True),
+        F.adaptive_max_pool2d_with_indices: _FunctionForm("max", 2, "F.adaptive_max_pool2d_with_indices", True),
+        F.adaptive_max_pool3d_with_indices: _FunctionForm("max", 3, "F.adaptive_max_pool3d_with_indices", True),
+        torch.adaptive_max_pool1d: _FunctionForm("max", 1, "torch.adaptive_max_pool1d", True),
+        torch._C._nn.adaptive_max_pool2d: _FunctionForm("max", 2, "torch._C._nn.adaptive_max_pool2d", True),
+        torch._C._nn.adaptive_max_pool3d: _FunctionForm("max", 3, "torch._C._nn.adaptive_max_pool3d", True),
+        F.interpolate: _FunctionForm("avg", None, "F.interpolate(mode='area')"),
+    }
+    return table
+
+
+FUNCTION_FORMS: dict[Callable[..., Any], _FunctionForm] = _function_forms()
+
+MODULE_FORMS: tuple[tuple[type[nn.Module], PoolFamily, int], ...] = (
+    (nn.AdaptiveAvgPool1d, "avg", 1),
+    (nn.AdaptiveAvgPool2d, "avg", 2),
+    (nn.AdaptiveAvgPool3d, "avg", 3),
+    (nn.AdaptiveMaxPool1d, "max", 1),
+    (nn.AdaptiveMaxPool2d, "max", 2),
+    (nn.AdaptiveMaxPool3d, "max", 3),
+)
+
+
+def is_pool_function(func: Any) -> bool:
+    """True for every function spelling of an adaptive pool (interpolate counts; check its mode)."""
+    try:
+        return func in FUNCTION_FORMS
+    except TypeError:  # unhashable
+        return False
+
+
+def normalize_output_size(output_size: Any, spatial_dims: int, where: str) -> tuple[int | None, ...]:
+    """``output_size`` as a tuple of one entry per spatial axis; raises on malformed sizes."""
+    if isinstance(output_size, (int, torch.SymInt)) and not isinstance(output_size, bool):
+        sizes: tuple[Any, ...] = (output_size,) * spatial_dims
+    elif isinstance(output_size, (tuple, list, torch.Size)):
+        sizes = tuple(output_size)
+        if len(sizes) == 1 and spatial_dims > 1:
+            sizes = sizes * spatial_dims
+    else:
+        raise PoolCallError(f"{where}: output_size must be an int or a tuple of ints/None, got {output_size!r}")
+    if len(sizes) != spatial_dims:
+        raise PoolCallError(
+            f"{where}: output_size {output_size!r} has {len(sizes)} entries but the pool has "
+            f"{spatial_dims} spatial axes; give one size per axis"
+        )
+    for size in sizes:
+        if size is None:
+            continue
+        if not isinstance(size, int) or isinstance(size, bool):
+            raise PoolCallError(f"{where}: output_size entries must be ints or None, got {output_size!r}")
+        if size < 0:
+            raise PoolCallError(f"{where}: output_size {output_size!r} has a negative entry; sizes must be >= 0")
+    return sizes
+
+
+def describe_module(module: nn.Module) -> PoolCall | None:
+    """The pool call a module makes, or ``None`` when it is not an adaptive pool."""
+    for cls, family, dims in MODULE_FORMS:
+        if isinstance(module, cls):
+            where = f"nn.{cls.__name__}"
+            return PoolCall(
+                family, dims, where, "module",
+                normalize_output_size(module.output_size, dims, where),
+                return_indices=bool(getattr(module, "return_indices", False)),
+            )
+    if isinstance(module, nn.Upsample) and module.mode == "area":
+        size = module.size
+        return PoolCall("avg", None, "nn.Upsample(mode='area')", "module",
+                        None if size is None else _as_tuple(size))
+    return None
+
+
+def _as_tuple(size: Any) -> tuple[int | None, ...]:
+    return tuple(size) if isinstance(size, (tuple, list, torch.Size)) else (size,)
+
+
+def describe_function(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[PoolCall, Any] | None:
+    """The pool call ``func(*args, **kwargs)`` makes and its input, or ``None`` if it is no pool.
+
+    Works on real values and on torch.fx node arguments alike: a size that is not a constant is
+    reported as ``dynamic_output_size``.
+    """
+    if not is_pool_function(func):
+        return None
+    form = FUNCTION_FORMS[func]
+    values = _bind(func, form, args, kwargs)
+    if values is None:
+        return None
+    if form.spatial_dims is None:
+        if values.get("mode") != "area":
+            return None
+        size = values.get("size")
+        dynamic = size is not None and not _is_constant_size(size)
+        call = PoolCall("avg", None, form.op, "functional",
+                        None if size is None or dynamic else _as_tuple(size), dynamic_output_size=dynamic)
+        return call, values.get("input")
+    size = values.get("output_size")
+    if not _is_constant_size(size):
+        return PoolCall(form.family, form.spatial_dims, form.op, "functional", None,
+                        return_indices=form.always_indices, dynamic_output_size=True), values.get("input")
+    return_indices = form.always_indices or (form.accepts_return_indices and bool(values.get("return_indices")))
+    call = PoolCall(form.family, form.spatial_dims, form.op, "functional",
+                    normalize_output_size(size, form.spatial_dims, form.op), return_indices=return_indices)
+    return call, values.get("input")
+
+
+_POOL_PARAMS = ("input", "output_size", "return_indices")
+_INTERPOLATE_PARAMS = ("input", "size", "scale_factor", "mode", "align_corners", "recompute_scale_factor",
+                       "antialias")
+
+
+def _bind(func: Any, form: _FunctionForm, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    names = _INTERPOLATE_PARAMS if form.spatial_dims is None else _POOL_PARAMS
+    values = dict(zip(names, args))
+    values.update(kwargs)
+    if form.spatial_dims is None:
+        values.setdefault("mode", "nearest")
+    if "input" not in values and "self" in values:
+        values["input"] = values["self"]
+    return values
+
+
+def _is_constant_size(size: Any) -> bool:
+    if size is None or (isinstance(size, int) and not isinstance(size, bool)):
+        return True
+    if isinstance(size, (tuple, list, torch.Size)):
+        return all(s is None or (isinstance(s, int) and not isinstance(s, bool)) for s in size)
+    return False

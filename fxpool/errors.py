@@ -1,0 +1,27 @@
+"""The errors fxpool raises for what it refuses. All derive from :class:`FxpoolError`."""
+
+from __future__ import annotations
+
+
+class FxpoolError(Exception):
+    """Base of every error fxpool raises on purpose."""
+
+
+class ExampleInputError(FxpoolError, ValueError):
+    """The example input cannot drive the model: wrong type, wrong rank, or its forward raised."""
+
+
+class PoolCallError(FxpoolError, ValueError):
+    """An adaptive pool in the model was called with arguments it cannot accept."""
+
+
+class UnconvertedPoolError(FxpoolError):
+    """``strict=True`` and at least one adaptive pool would be left unconverted."""
+
+
+class SpatialSizeError(FxpoolError, ValueError):
+    """A shape-specialised replacement saw a spatial size other than the one it was traced with."""
+
+
+class ExportVerificationError(FxpoolError):
+    """An exported ONNX graph failed its check or disagreed with PyTorch."""

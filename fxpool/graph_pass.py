@@ -1,0 +1,113 @@
+"""The torch.fx pass: trace a module, find its adaptive pool nodes, swap them for replacements.
+
+:func:`trace` treats every adaptive pool module (and fxpool's own replacements) as a leaf, so each
+pool is one node. :func:`pool_nodes` lists those nodes in execution order with their
+:class:`~fxpool.calls.PoolCall`. :func:`replace_nodes` swaps nodes for modules and returns what
+it changed; it ends with dead-code elimination, removal of unused submodules, ``lint`` and
+``recompile``. Nothing here knows of ONNX or of how replacements are chosen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import fx, nn
+
+from .calls import PoolCall, describe_function, describe_module
+from .replacements import ExactAdaptivePool
+
+NODE_POOL_CALL = "fxpool_pool_call"  # node.meta key: the PoolCall of a pool node
+
+
+class PoolLeafTracer(fx.Tracer):
+    """An fx tracer that keeps adaptive pools (and fxpool's replacements) as single nodes."""
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        if describe_module(m) is not None or isinstance(m, ExactAdaptivePool) or _is_fxpool_module(m):
+            return True
+        return super().is_leaf_module(m, module_qualified_name)
+
+
+def _is_fxpool_module(m: nn.Module) -> bool:
+    return type(m).__module__.startswith("fxpool.")
+
+
+def trace(module: nn.Module) -> fx.GraphModule:
+    """Symbolically trace ``module``; raises whatever torch.fx raises for untraceable code."""
+    tracer = PoolLeafTracer()
+    graph = tracer.trace(module)
+    name = module.__class__.__name__ if isinstance(module, nn.Module) else module.__name__
+    return fx.GraphModule(tracer.root, graph, name)
+
+
+@dataclass(frozen=True)
+class PoolNode:
+    node: fx.Node
+    call: PoolCall
+
+
+def pool_nodes(gm: fx.GraphModule) -> list[PoolNode]:
+    """Adaptive pool nodes of the graph in execution order, each tagged in ``node.meta``."""
+    found = []
+    for node in gm.graph.nodes:
+        call = None
+        if node.op == "call_module":
+            call = describe_module(gm.get_submodule(node.target))
+        elif node.op == "call_function":
+            described = describe_function(node.target, node.args, node.kwargs)
+            call = None if described is None else described[0]
+        if call is not None:
+            node.meta[NODE_POOL_CALL] = call
+            found.append(PoolNode(node, call))
+    return found
+
+
+def pool_input(node: fx.Node) -> fx.Node:
+    """The tensor a pool node pools."""
+    if node.args:
+        return node.args[0]  # type: ignore[return-value]
+    return node.kwargs.get("input", node.kwargs.get("self"))  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class PassResult:
+    graph_module: fx.GraphModule
+    replaced: tuple[str, ...]  # names of the nodes swapped out
+
+    @property
+    def modified(self) -> bool:
+        return bool(self.replaced)
+
+
+def replacement_name(gm: fx.GraphModule, node: fx.Node) -> str:
+    """Where a node's replacement lives: the pool module's own name when only this node uses it."""
+    if node.op == "call_module" and _uses(gm, node.target) == 1:
+        return str(node.target)
+    base = "fxpool_" + (str(node.target).replace(".", "_") if node.op == "call_module" else node.name)
+    name, index = base, 1
+    while hasattr(gm, name):
+        name, index = f"{base}_{index}", index + 1
+    return name
+
+
+def replace_nodes(gm: fx.GraphModule, replacements: dict[fx.Node, tuple[str, nn.Module]]) -> PassResult:
+    """Replace each node by a ``call_module`` of its module, installed under the given name."""
+    replaced = []
+    for node, (name, module) in replacements.items():
+        owner_name, _, leaf = name.rpartition(".")
+        setattr(gm.get_submodule(owner_name) if owner_name else gm, leaf, module)
+        with gm.graph.inserting_after(node):
+            new = gm.graph.call_module(name, (pool_input(node),))
+        new.meta.update(node.meta)
+        node.replace_all_uses_with(new)
+        gm.graph.erase_node(node)
+        replaced.append(node.name)
+    gm.graph.eliminate_dead_code()
+    gm.delete_all_unused_submodules()
+    gm.graph.lint()
+    gm.recompile()
+    return PassResult(gm, tuple(replaced))
+
+
+def _uses(gm: fx.GraphModule, target: object) -> int:
+    return sum(1 for n in gm.graph.nodes if n.op == "call_module" and n.target == target)

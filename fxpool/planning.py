@@ -1,0 +1,327 @@
+"""The choice of an exact replacement for one adaptive pool, as a pure function of sizes.
+
+:func:`choose_plan` takes the pool family (``"avg"`` or ``"max"``), the spatial input sizes and the
+output sizes, and returns a :class:`PoolPlan`: one :class:`AxisChoice` per spatial axis and the
+ordered steps that compute the pool exactly.
+
+Per axis, the rules are tried in this fixed order of preference (``AXIS_RULES``); the first that
+applies wins, and every one that does not says why:
+
+==============  ===========================================  ======================================
+kind            when                                         computed by
+==============  ===========================================  ======================================
+``identity``    output == input (or ``None`` in output_size)  nothing
+``reduce``      output 1                                      mean / amax over the axis
+``pool``        all windows one length k, starts step s        AvgPool / MaxPool(kernel k, stride s)
+``upsample``    output == r * input for an integer r >= 2       nearest upsampling
+``matrix``      anything else (average family)                 averaging matrix, applied by matmul
+``two_window``  anything else (max family)                     max of two overlapping k-windows
+==============  ===========================================  ======================================
+
+Steps run in this order: one pooling over all spatial axes (or one reduction), then the general
+axes (matmuls, most-shrinking axis first, or one Kronecker matmul where :func:`prefer_kronecker`
+says so; or two-window maxima), then one upsampling. Every kind is separable by axis, so the order
+only changes the cost.
+
+Nothing here knows of torch, torch.fx or ONNX.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+from typing import Callable, Literal, Union
+
+from .windows import uniform_stride, upsample_factor, window_lengths
+
+PoolFamily = Literal["avg", "max"]
+AxisKind = Literal["identity", "reduce", "pool", "upsample", "matrix", "two_window"]
+
+# Kronecker rule, fitted to the eager CPU benchmark (model_zoo_checks/benchmarks.py, "kron" section):
+# one (H*W x Ho*Wo) matmul beats two separable matmuls while the Kronecker matrix stays small and
+# its extra multiply-adds are at most this factor of the separable ones.
+KRONECKER_MAX_ELEMENTS = 8192
+KRONECKER_MAX_COST_RATIO = 6.0
+
+
+def axis_names(spatial_dims: int) -> tuple[str, ...]:
+    """Conventional names of the spatial axes: L; H, W; D, H, W."""
+    return {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}[spatial_dims]
+
+
+@dataclass(frozen=True)
+class AxisChoice:
+    """How one spatial axis is pooled, and why."""
+
+    kind: AxisKind
+    in_size: int
+    out_size: int
+    reason: str
+    kernel: int = 1
+    stride: int = 1
+    factor: int = 1
+    follows_input: bool = False
+
+
+@dataclass(frozen=True)
+class PoolStep:
+    """One AvgPool/MaxPool over all spatial axes (kernel 1, stride 1 on axes it leaves alone)."""
+
+    family: PoolFamily
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ReduceStep:
+    """Mean (avg) or amax (max) over some spatial axes, keeping them as size 1."""
+
+    family: PoolFamily
+    axes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class MatmulStep:
+    """Multiply one axis by its (out_size x in_size) averaging matrix."""
+
+    axis: int
+    in_size: int
+    out_size: int
+
+
+@dataclass(frozen=True)
+class KroneckerStep:
+    """Multiply the flattened axes by the Kronecker product of their averaging matrices."""
+
+    axes: tuple[int, ...]
+    in_sizes: tuple[int, ...]
+    out_sizes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TwoWindowMaxStep:
+    """Max over windows of lengths k or k+1 along one axis, as the max of two k-windows."""
+
+    axis: int
+    in_size: int
+    out_size: int
+    kernel: int
+
+
+@dataclass(frozen=True)
+class UpsampleStep:
+    """Nearest upsampling of every spatial axis to ``sizes`` (integer factors only)."""
+
+    sizes: tuple[int, ...]
+
+
+Step = Union[PoolStep, ReduceStep, MatmulStep, KroneckerStep, TwoWindowMaxStep, UpsampleStep]
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """The exact replacement of one adaptive pool: per-axis choices and the steps that compute it."""
+
+    family: PoolFamily
+    in_sizes: tuple[int, ...]
+    out_sizes: tuple[int, ...]
+    axes: tuple[AxisChoice, ...]
+    steps: tuple[Step, ...]
+
+    @property
+    def spatial_dims(self) -> int:
+        return len(self.in_sizes)
+
+    @property
+    def guarded_axes(self) -> tuple[int, ...]:
+        """Spatial axes whose traced size the replacement depends on.
+
+        An axis is size-agnostic when it follows its input (``None`` in output_size) or is reduced
+        by a mean/max that does not name its length; an output-1 axis folded into a pooling kernel
+        is not.
+        """
+        folded = any(isinstance(step, PoolStep) for step in self.steps)
+        return tuple(
+            i for i, axis in enumerate(self.axes)
+            if not (axis.follows_input or (axis.kind == "reduce" and not folded))
+        )
+
+    @property
+    def size_agnostic(self) -> bool:
+        """True where the replacement is exact at every input size, so it needs no size guard."""
+        return not self.guarded_axes
+
+    def describe(self) -> str:
+        """A one-line human summary of the steps, e.g. ``AvgPool2d(k=(3, 3), s=(2, 2))``."""
+        if not self.steps:
+            return "identity"
+        return " -> ".join(_describe_step(step, self.spatial_dims) for step in self.steps)
+
+    def reasons(self) -> str:
+        """Why each axis got its kind, one clause per axis."""
+        names = axis_names(self.spatial_dims)
+        return "; ".join(f"{name} {axis.reason}" for name, axis in zip(names, self.axes))
+
+
+def _describe_step(step: Step, spatial_dims: int) -> str:
+    names = axis_names(spatial_dims)
+    if isinstance(step, PoolStep):
+        op = "AvgPool" if step.family == "avg" else "MaxPool"
+        return f"{op}{spatial_dims}d(k={_fmt(step.kernel)}, s={_fmt(step.stride)})"
+    if isinstance(step, ReduceStep):
+        op = "mean" if step.family == "avg" else "amax"
+        return f"{op}({','.join(names[a] for a in step.axes)})"
+    if isinstance(step, MatmulStep):
+        return f"matmul {names[step.axis]} {step.in_size}->{step.out_size}"
+    if isinstance(step, KroneckerStep):
+        ins = "x".join(map(str, step.in_sizes))
+        outs = "x".join(map(str, step.out_sizes))
+        return f"kron-matmul {''.join(names[a] for a in step.axes)} {ins}->{outs}"
+    if isinstance(step, TwoWindowMaxStep):
+        return f"two-window max {names[step.axis]} {step.in_size}->{step.out_size} (k={step.kernel})"
+    return f"nearest upsample to {_fmt(step.sizes)}"
+
+
+def _fmt(values: tuple[int, ...]) -> str:
+    return str(values[0]) if len(values) == 1 else str(values)
+
+
+# --- per-axis rules: each returns an AxisChoice, or a string saying why it does not apply ---
+
+AxisRule = Callable[[PoolFamily, int, int, bool], Union[AxisChoice, str]]
+
+
+def _identity_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool) -> AxisChoice | str:
+    if follows:
+        return AxisChoice("identity", in_size, in_size, "None: keeps its size", follows_input=True)
+    if in_size == out_size:
+        return AxisChoice("identity", in_size, out_size, f"{in_size}->{out_size}: identity")
+    return "output differs from input"
+
+
+def _reduce_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool) -> AxisChoice | str:
+    if out_size == 1:
+        op = "mean" if family == "avg" else "amax"
+        return AxisChoice("reduce", in_size, 1, f"{in_size}->1: one window, {op}", kernel=in_size,
+                          stride=in_size)
+    return "output is not 1"
+
+
+def _pool_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool) -> AxisChoice | str:
+    uniform = uniform_stride(in_size, out_size)
+    if uniform is None:
+        return f"windows of lengths {window_lengths(in_size, out_size)} or uneven starts"
+    kernel, stride = uniform
+    return AxisChoice("pool", in_size, out_size, f"{in_size}->{out_size}: uniform windows k={kernel} s={stride}",
+                      kernel=kernel, stride=stride)
+
+
+def _upsample_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool) -> AxisChoice | str:
+    factor = upsample_factor(in_size, out_size)
+    if factor is None:
+        return "output is not an integer multiple of the input"
+    return AxisChoice("upsample", in_size, out_size, f"{in_size}->{out_size}: {factor}x multiple, nearest",
+                      factor=factor)
+
+
+def _general_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool) -> AxisChoice:
+    lengths = window_lengths(in_size, out_size)
+    shape = f"windows of lengths {lengths}" if len(lengths) > 1 else f"{lengths[0]}-windows at uneven starts"
+    if family == "avg":
+        return AxisChoice("matrix", in_size, out_size, f"{in_size}->{out_size}: {shape}, averaging matrix")
+    return AxisChoice("two_window", in_size, out_size,
+                      f"{in_size}->{out_size}: {shape}, max of two {lengths[0]}-windows", kernel=lengths[0])
+
+
+AXIS_RULES: tuple[AxisRule, ...] = (_identity_rule, _reduce_rule, _pool_rule, _upsample_rule, _general_rule)
+
+
+def choose_axis(family: PoolFamily, in_size: int, out_size: int, follows_input: bool = False) -> AxisChoice:
+    """The first rule of ``AXIS_RULES`` that applies to this axis."""
+    if in_size < 1 or out_size < 1:
+        raise ValueError(f"adaptive pooling needs sizes >= 1, got {in_size} -> {out_size}")
+    for rule in AXIS_RULES:
+        choice = rule(family, in_size, out_size, follows_input)
+        if isinstance(choice, AxisChoice):
+            return choice
+    raise AssertionError("the general rule always applies")
+
+
+def separable_cost(in_sizes: tuple[int, ...], out_sizes: tuple[int, ...]) -> int:
+    """Multiply-adds per plane of applying the axes' matrices one after another, shrinking first."""
+    sizes = list(in_sizes)
+    cost = 0
+    for axis in _matmul_order(in_sizes, out_sizes):
+        cost += prod(sizes) * out_sizes[axis]
+        sizes[axis] = out_sizes[axis]
+    return cost
+
+
+def kronecker_cost(in_sizes: tuple[int, ...], out_sizes: tuple[int, ...]) -> int:
+    """Multiply-adds per plane of one matmul by the Kronecker product (its element count too)."""
+    return prod(in_sizes) * prod(out_sizes)
+
+
+def prefer_kronecker(in_sizes: tuple[int, ...], out_sizes: tuple[int, ...]) -> bool:
+    """The documented cost rule: one Kronecker matmul while its matrix is small and not too wasteful."""
+    if len(in_sizes) < 2:
+        return False
+    kron = kronecker_cost(in_sizes, out_sizes)
+    return kron <= KRONECKER_MAX_ELEMENTS and kron <= KRONECKER_MAX_COST_RATIO * separable_cost(in_sizes, out_sizes)
+
+
+def _matmul_order(in_sizes: tuple[int, ...], out_sizes: tuple[int, ...]) -> list[int]:
+    return sorted(range(len(in_sizes)), key=lambda a: (out_sizes[a] / in_sizes[a], -a))
+
+
+def choose_plan(
+    family: PoolFamily,
+    in_sizes: tuple[int, ...],
+    out_sizes: tuple[int, ...],
+    follows_input: tuple[bool, ...] | None = None,
+) -> PoolPlan:
+    """Choose the exact, cheapest replacement of an adaptive pool from its spatial sizes.
+
+    >>> choose_plan("avg", (7, 7), (3, 3)).describe()
+    'AvgPool2d(k=(3, 3), s=(2, 2))'
+    >>> choose_plan("avg", (10, 10), (7, 7)).describe()
+    'kron-matmul HW 10x10->7x7'
+    """
+    if family not in ("avg", "max"):
+        raise ValueError(f"family must be 'avg' or 'max', got {family!r}")
+    if len(in_sizes) != len(out_sizes) or not 1 <= len(in_sizes) <= 3:
+        raise ValueError(f"need 1 to 3 spatial axes with matching sizes, got {in_sizes} -> {out_sizes}")
+    follows = follows_input or (False,) * len(in_sizes)
+    axes = tuple(choose_axis(family, i, o, f) for i, o, f in zip(in_sizes, out_sizes, follows))
+    return PoolPlan(family, tuple(in_sizes), tuple(a.out_size for a in axes), axes, _steps(family, axes))
+
+
+def _steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]:
+    steps: list[Step] = []
+    kinds = [axis.kind for axis in axes]
+    if "pool" in kinds:
+        pooled = [a.kind in ("pool", "reduce") for a in axes]
+        steps.append(PoolStep(
+            family,
+            tuple(a.kernel if p else 1 for a, p in zip(axes, pooled)),
+            tuple(a.stride if p else 1 for a, p in zip(axes, pooled)),
+        ))
+    elif "reduce" in kinds:
+        steps.append(ReduceStep(family, tuple(i for i, k in enumerate(kinds) if k == "reduce")))
+
+    general = [i for i, k in enumerate(kinds) if k in ("matrix", "two_window")]
+    if family == "avg" and general:
+        ins = tuple(axes[i].in_size for i in general)
+        outs = tuple(axes[i].out_size for i in general)
+        trailing = general == list(range(len(axes) - len(general), len(axes)))
+        if trailing and prefer_kronecker(ins, outs):
+            steps.append(KroneckerStep(tuple(general), ins, outs))
+        else:
+            for j in _matmul_order(ins, outs):
+                steps.append(MatmulStep(general[j], ins[j], outs[j]))
+    for i in general if family == "max" else ():
+        steps.append(TwoWindowMaxStep(i, axes[i].in_size, axes[i].out_size, axes[i].kernel))
+
+    if "upsample" in kinds:
+        steps.append(UpsampleStep(tuple(a.out_size for a in axes)))
+    return tuple(steps)

@@ -1,0 +1,201 @@
+"""One side-effect-free forward pass that records every adaptive pool call with its sizes.
+
+:func:`record_pool_calls` runs the model once on the example input, on a :func:`structural_copy`
+with cloned buffers, under ``torch.no_grad()`` and a forked RNG, so the caller's parameters,
+buffers (batch-norm running stats), training flags and random state stay bit-identical. Module
+hooks keep a stack of the modules being run; a ``TorchFunctionMode`` sees every functional pool
+call, even inside code torch.fx cannot trace. Each call becomes a :class:`PoolEvent`, in
+execution order.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_leaves
+
+from .calls import PoolCall, describe_function, describe_module
+from .copying import structural_copy
+from .errors import ExampleInputError, FxpoolError, PoolCallError
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_FXPOOL_DIR = os.path.dirname(__file__)
+
+Scope = tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class PoolEvent:
+    """One adaptive pool call seen in the recording forward pass."""
+
+    call: PoolCall
+    module_name: str | None  # the pool module's qualified name; None for functional calls
+    scope: Scope  # (qualified name, invocation number) of each module running, outermost first
+    input_shape: tuple[int, ...]
+    output_shape: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+    quantized: bool
+    source: str | None = None
+
+    @property
+    def spatial_dims(self) -> int:
+        return self.call.spatial_dims or len(self.input_shape) - 2
+
+    @property
+    def innermost(self) -> str:
+        """The qualified name of the module whose forward made the call."""
+        return self.scope[-1][0]
+
+
+@dataclass
+class Recording:
+    """What the forward pass saw."""
+
+    events: list[PoolEvent] = field(default_factory=list)
+    calls: dict[str, int] = field(default_factory=dict)  # module name -> times called
+
+    def within(self, name: str) -> list[PoolEvent]:
+        """Events made while the module ``name`` was running (every event for the root ``""``)."""
+        return [e for e in self.events if any(n == name for n, _ in e.scope)]
+
+
+def normalize_example(example_input: Any) -> tuple[Any, ...]:
+    """``torch.onnx.export``'s ``args`` convention: a tensor, a tuple of arguments, or one argument."""
+    args = example_input if isinstance(example_input, tuple) else (example_input,)
+    if not any(isinstance(leaf, torch.Tensor) for leaf in tree_leaves(args)):
+        raise ExampleInputError(
+            f"the example input holds no tensor (got {type(example_input).__name__}); pass the input "
+            f"you would give the model, e.g. torch.randn(1, 3, 224, 224), or a tuple of its arguments"
+        )
+    return args
+
+
+def record_pool_calls(model: nn.Module, args: tuple[Any, ...]) -> Recording:
+    """Run ``model(*args)`` once without side effects and record every adaptive pool call."""
+    probe = structural_copy(model, clone_buffers=True)
+    recording = Recording()
+    stack: list[tuple[str, int]] = []
+    in_pool_module: list[bool] = []  # parallel to stack: is that module an adaptive pool?
+    names = {id(m): name for name, m in probe.named_modules()}
+    pool_modules = {id(m): describe_module(m) for m in probe.modules()}
+
+    def pre_hook(module: nn.Module, inputs: tuple[Any, ...]) -> None:
+        name = names.get(id(module), "?")
+        count = recording.calls.get(name, 0)
+        recording.calls[name] = count + 1
+        stack.append((name, count))
+        in_pool_module.append(pool_modules.get(id(module)) is not None)
+
+    def post_hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
+        call = pool_modules.get(id(module))
+        if call is not None and stack:
+            _record(recording, call, names[id(module)], tuple(stack), inputs[0] if inputs else None, output, None)
+        if stack:
+            stack.pop()
+            in_pool_module.pop()
+
+    class PoolCallRecorder(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+            kwargs = kwargs or {}
+            inside_pool_module = bool(in_pool_module) and in_pool_module[-1]
+            described = None if inside_pool_module else describe_function(func, args, kwargs)
+            if described is None:
+                return func(*args, **kwargs)
+            call, value = described
+            source = _caller_source()
+            _validate_input(call, value, source)
+            output = func(*args, **kwargs)
+            _record(recording, call, None, tuple(stack) or (("", 0),), value, output, source)
+            return output
+
+    with ExitStack() as cleanup:
+        for module in probe.modules():
+            cleanup.enter_context(module.register_forward_pre_hook(pre_hook))
+            cleanup.enter_context(module.register_forward_hook(post_hook, always_call=True))
+        devices = [leaf.device.index or 0 for leaf in tree_leaves(args)
+                   if isinstance(leaf, torch.Tensor) and leaf.device.type == "cuda"]
+        cleanup.enter_context(torch.random.fork_rng(devices=sorted(set(devices))))
+        cleanup.enter_context(torch.no_grad())
+        cleanup.enter_context(PoolCallRecorder())
+        pre_pool_hooks = [module.register_forward_pre_hook(_make_validator(call, names[id(module)]))
+                          for module in probe.modules() if (call := pool_modules.get(id(module))) is not None]
+        for handle in pre_pool_hooks:
+            cleanup.enter_context(handle)
+        try:
+            probe(*args)
+        except FxpoolError:
+            raise
+        except Exception as error:  # the model's own failure, reported with the example's shapes
+            raise ExampleInputError(
+                f"{type(model).__name__}.forward raised {type(error).__name__} on the example input "
+                f"{_describe_args(args)}: {error}. Nothing was converted; pass an example input the "
+                f"model accepts (the one you would give torch.onnx.export)."
+            ) from error
+    return recording
+
+
+def _make_validator(call: PoolCall, name: str):
+    def validate(module: nn.Module, inputs: tuple[Any, ...]) -> None:
+        _validate_input(call, inputs[0] if inputs else None, name or "<root>")
+    return validate
+
+
+def _validate_input(call: PoolCall, value: Any, where: str | None) -> None:
+    place = f"{call.op} at {where}" if where else call.op
+    if not isinstance(value, torch.Tensor):
+        raise PoolCallError(f"{place}: input must be a tensor, got {type(value).__name__}")
+    if value.is_quantized:
+        return
+    if not value.is_floating_point():
+        raise PoolCallError(
+            f"{place}: input has integer dtype {value.dtype} (shape {tuple(value.shape)}); adaptive pooling "
+            f"needs a floating tensor. Give the model a floating example input, or cast before the pool."
+        )
+    dims = call.spatial_dims
+    if dims is not None and value.dim() not in (dims + 1, dims + 2):
+        raise PoolCallError(
+            f"{place}: input of shape {tuple(value.shape)} has rank {value.dim()}, but a {dims}d pool takes "
+            f"rank {dims + 1} (unbatched) or {dims + 2} (batched); check the example input's shape"
+        )
+
+
+def _record(recording: Recording, call: PoolCall, module_name: str | None, scope: Scope, value: Any,
+            output: Any, source: str | None) -> None:
+    values = output[0] if isinstance(output, (tuple, list)) else output
+    if not isinstance(value, torch.Tensor) or not isinstance(values, torch.Tensor):
+        return
+    recording.events.append(PoolEvent(
+        call=call,
+        module_name=module_name,
+        scope=scope,
+        input_shape=tuple(value.shape),
+        output_shape=tuple(values.shape),
+        dtype=value.dtype,
+        device=value.device,
+        quantized=value.is_quantized,
+        source=source,
+    ))
+
+
+def _caller_source() -> str | None:
+    frame = inspect.currentframe()
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not (filename.startswith(_TORCH_DIR) or filename.startswith(_FXPOOL_DIR) or filename.startswith("<")):
+            return f"{filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+        frame = frame.f_back
+    return None
+
+
+def _describe_args(args: tuple[Any, ...]) -> str:
+    parts = [f"{type(a).__name__}{tuple(a.shape)}" if isinstance(a, torch.Tensor) else type(a).__name__
+             for a in args]
+    return "(" + ", ".join(parts) + ")"

@@ -1,0 +1,208 @@
+"""The modules that stand in for adaptive pools: exact, shape-specialised, export-friendly.
+
+:class:`ExactAdaptivePool` runs the steps of a :class:`~fxpool.planning.PoolPlan` with plain ops
+(``avg_pool``/``max_pool``, ``mean``/``max``, ``matmul``, constant ``index_select``, nearest
+``interpolate``). Averaging matrices and window indices are non-persistent buffers: they follow
+``.to(device)``, are left out of ``state_dict`` (so the converted model loads the original's
+weights), and are rebuilt exactly after a dtype change, so ``.double()`` stays exact to float64.
+
+A replacement whose plan depends on the traced spatial size checks it on every call and raises
+:class:`~fxpool.errors.SpatialSizeError` otherwise. The check is skipped while TorchScript traces
+(the exported graph keeps static spatial sizes, which is its own guard) and is an fx leaf
+function, so converted models can be traced again.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .errors import SpatialSizeError
+from .planning import (
+    KroneckerStep,
+    MatmulStep,
+    PoolPlan,
+    PoolStep,
+    ReduceStep,
+    TwoWindowMaxStep,
+    UpsampleStep,
+    axis_names,
+)
+from .windows import window_bounds
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+_AVG_POOLS = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
+_MAX_POOLS = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+
+
+def averaging_matrix(in_size: int, out_size: int, dtype: torch.dtype = torch.float64,
+                     device: torch.device | str | None = None) -> torch.Tensor:
+    """The (out_size x in_size) matrix whose row i averages window i, built in float64 then cast."""
+    matrix = torch.zeros(out_size, in_size, dtype=torch.float64)
+    for i, (start, end) in enumerate(window_bounds(in_size, out_size)):
+        matrix[i, start:end] = 1.0 / (end - start)
+    return matrix.to(dtype=dtype, device=device)
+
+
+def kronecker_matrix(in_sizes: Sequence[int], out_sizes: Sequence[int], dtype: torch.dtype = torch.float64,
+                     device: torch.device | str | None = None) -> torch.Tensor:
+    """The (prod(out) x prod(in)) averaging matrix over row-major flattened axes."""
+    matrix = torch.ones(1, 1, dtype=torch.float64)
+    for i, o in zip(in_sizes, out_sizes):
+        matrix = torch.kron(matrix, averaging_matrix(i, o))
+    return matrix.to(dtype=dtype, device=device)
+
+
+def two_window_indices(in_size: int, out_size: int, kernel: int) -> torch.Tensor:
+    """Starts of the two k-windows covering each window, interleaved: (s0, e0-k, s1, e1-k, ...)."""
+    starts = []
+    for start, end in window_bounds(in_size, out_size):
+        starts += [start, end - kernel]
+    return torch.tensor(starts, dtype=torch.int64)
+
+
+@torch.fx.wrap
+def check_spatial_size(x: torch.Tensor, expected: tuple[int | None, ...], where: str) -> torch.Tensor:
+    """Return ``x`` if its trailing spatial sizes match ``expected`` (``None``: any), else raise."""
+    if torch.jit.is_tracing() or torch.jit.is_scripting():
+        return x
+    seen = tuple(x.shape[len(x.shape) - len(expected):])
+    if len(x.shape) < len(expected) or any(e is not None and e != s for e, s in zip(expected, seen)):
+        traced = tuple("*" if e is None else e for e in expected)
+        raise SpatialSizeError(
+            f"{where}: this replacement was specialised for spatial size {traced} but got input of "
+            f"shape {tuple(x.shape)} (spatial {seen}). Convert again with an example input of this "
+            f"size (fxpool.convert(model, example)), or convert with dynamic=True for one model "
+            f"that serves every size."
+        )
+    return x
+
+
+class ExactAdaptivePool(nn.Module):
+    """Computes one adaptive average or max pool exactly, for the input size it was planned for."""
+
+    def __init__(self, plan: PoolPlan, where: str = "adaptive pool", weight_dtype: torch.dtype = torch.float32,
+                 device: torch.device | str | None = None) -> None:
+        super().__init__()
+        self.plan = plan
+        self.where = where
+        expected = [None] * plan.spatial_dims
+        for axis in plan.guarded_axes:
+            expected[axis] = plan.in_sizes[axis]
+        self.expected_sizes: tuple[int | None, ...] = tuple(expected)
+        for index, step in enumerate(plan.steps):
+            if isinstance(step, TwoWindowMaxStep):
+                indices = two_window_indices(step.in_size, step.out_size, step.kernel)
+                self.register_buffer(f"indices_{index}", indices.to(device), persistent=False)
+        self._build_weights(weight_dtype, device)
+
+    def _build_weights(self, dtype: torch.dtype, device: torch.device | str | None) -> None:
+        for index, step in enumerate(self.plan.steps):
+            if isinstance(step, MatmulStep):
+                weight = averaging_matrix(step.in_size, step.out_size, dtype, device)
+                # The last axis multiplies from the right, so keep its matrix transposed and contiguous.
+                if step.axis != self.plan.spatial_dims - 2:
+                    weight = weight.t().contiguous()
+                self.register_buffer(f"weight_{index}", weight, persistent=False)
+            elif isinstance(step, KroneckerStep):
+                weight = kronecker_matrix(step.in_sizes, step.out_sizes, dtype, device).t().contiguous()
+                self.register_buffer(f"weight_{index}", weight, persistent=False)
+
+    def _apply(self, fn, recurse: bool = True):  # type: ignore[override]
+        # A dtype change would round the averaging weights; rebuild them exactly instead.
+        super()._apply(fn, recurse)
+        weights = [b for name, b in self.named_buffers(recurse=False) if name.startswith("weight_")]
+        if weights:
+            dtype = torch.float64 if weights[0].dtype == torch.float64 else torch.float32
+            self._build_weights(dtype, weights[0].device)
+        return self
+
+    def extra_repr(self) -> str:
+        names = axis_names(self.plan.spatial_dims)
+        sizes = ", ".join(f"{n}={i}->{o}" for n, i, o in zip(names, self.plan.in_sizes, self.plan.out_sizes))
+        return f"{self.plan.family}: {sizes}; {self.plan.describe()}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.plan.guarded_axes:
+            x = check_spatial_size(x, self.expected_sizes, self.where)
+        dims = self.plan.spatial_dims
+        for index, step in enumerate(self.plan.steps):
+            if isinstance(step, PoolStep):
+                pool = _AVG_POOLS[dims] if step.family == "avg" else _MAX_POOLS[dims]
+                x = pool(x, step.kernel, step.stride)
+            elif isinstance(step, ReduceStep):
+                x = _reduce(x, step, dims)
+            elif isinstance(step, MatmulStep):
+                x = _matmul_axis(x, getattr(self, f"weight_{index}"), x.dim() - dims + step.axis)
+            elif isinstance(step, KroneckerStep):
+                x = _kronecker(x, getattr(self, f"weight_{index}"), step)
+            elif isinstance(step, TwoWindowMaxStep):
+                x = _two_window_max(x, getattr(self, f"indices_{index}"), x.dim() - dims + step.axis, step.kernel)
+            else:
+                x = _upsample(x, step, dims)
+        return x
+
+
+def _reduce(x: torch.Tensor, step: ReduceStep, dims: int) -> torch.Tensor:
+    axes = [x.dim() - dims + a for a in step.axes]
+    if step.family == "avg":
+        return x.mean(dim=axes, keepdim=True)
+    # max(dim) sends the gradient to the first maximum; last axis first keeps PyTorch's row-major order.
+    for axis in reversed(axes):
+        x = torch.max(x, dim=axis, keepdim=True).values
+    return x
+
+
+def _compute_dtype(x: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
+    return torch.float64 if x.dtype == torch.float64 or weight.dtype == torch.float64 else torch.float32
+
+
+def _matmul_axis(x: torch.Tensor, weight: torch.Tensor, dim: int) -> torch.Tensor:
+    """Average along ``dim`` by its matrix: (out x in) for the second-last axis, (in x out) otherwise."""
+    dtype = x.dtype
+    compute = _compute_dtype(x, weight)
+    x = x.to(compute)
+    weight = weight.to(compute)
+    if dim == x.dim() - 1:
+        y = torch.matmul(x, weight)
+    elif dim == x.dim() - 2:
+        y = torch.matmul(weight, x)
+    else:
+        y = torch.matmul(x.transpose(dim, -1), weight).transpose(dim, -1)
+    return y.to(dtype)
+
+
+def _kronecker(x: torch.Tensor, weight: torch.Tensor, step: KroneckerStep) -> torch.Tensor:
+    dtype = x.dtype
+    compute = _compute_dtype(x, weight)
+    count = len(step.axes)
+    flat = torch.flatten(x.to(compute), start_dim=x.dim() - count)
+    y = torch.matmul(flat, weight.to(compute))
+    return torch.unflatten(y, -1, step.out_sizes).to(dtype)
+
+
+def _two_window_max(x: torch.Tensor, indices: torch.Tensor, dim: int, kernel: int) -> torch.Tensor:
+    # Every window has length k or k+1 <= 2k, so it is the union of the k-windows at its two ends.
+    # MaxPool over each adjacent pair keeps PyTorch's gradient on the first maximum.
+    moved = x.transpose(dim, -1)
+    if kernel > 1:
+        moved = _max_pool_last(moved, kernel, 1)
+    pairs = torch.index_select(moved, -1, indices)
+    return _max_pool_last(pairs, 2, 2).transpose(dim, -1)
+
+
+def _max_pool_last(x: torch.Tensor, kernel: int, stride: int) -> torch.Tensor:
+    """1-d max pooling of the last axis of a tensor of any rank >= 1."""
+    shape = x.shape
+    flat = x.reshape(-1, 1, shape[-1])
+    pooled = F.max_pool1d(flat, kernel, stride)
+    return pooled.reshape(*shape[:-1], pooled.shape[-1])
+
+
+def _upsample(x: torch.Tensor, step: UpsampleStep, dims: int) -> torch.Tensor:
+    if x.dim() == dims + 2:
+        return F.interpolate(x, size=step.sizes, mode="nearest")
+    return F.interpolate(x.unsqueeze(0), size=step.sizes, mode="nearest").squeeze(0)

@@ -1,0 +1,110 @@
+"""The record of every decision ``convert`` makes: one :class:`PoolRecord` per adaptive pool found.
+
+A :class:`ConversionReport` prints as a table, converts to plain dicts for JSON, and is reachable
+from a converted module through :func:`report_of`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from torch import nn
+
+REPORT_ATTRIBUTE = "fxpool_report"
+
+
+@dataclass(frozen=True)
+class PoolRecord:
+    """One adaptive pool: where it is, what it was asked, and what replaced it or why nothing did."""
+
+    location: str  # qualified module name, or "<scope>:<graph node>" for a functional call
+    form: str  # "module" or "functional"
+    op: str
+    input_shape: tuple[int, ...] | None
+    output_size: str  # as requested in the model
+    output_shape: tuple[int, ...] | None
+    converted: bool
+    replacement: str  # what computes it now ("left to PyTorch" when unconverted)
+    reason: str
+    size_agnostic: bool = False
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class ConversionReport:
+    """Every record, and how the model was reached (whole-graph trace or per submodule)."""
+
+    records: tuple[PoolRecord, ...]
+    traced: tuple[str, ...] = ()  # qualified names converted through torch.fx ("" = whole model)
+    untraceable: tuple[tuple[str, str], ...] = ()  # (qualified name, first line of the trace error)
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def converted(self) -> tuple[PoolRecord, ...]:
+        return tuple(r for r in self.records if r.converted)
+
+    @property
+    def unconverted(self) -> tuple[PoolRecord, ...]:
+        return tuple(r for r in self.records if not r.converted)
+
+    def counts(self) -> dict[str, int]:
+        """How many pools got each replacement kind (first word of the replacement)."""
+        counts: dict[str, int] = {}
+        for record in self.records:
+            key = record.replacement.split("(")[0].split(" ")[0] if record.converted else "unconverted"
+            counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "records": [asdict(r) for r in self.records],
+            "traced": list(self.traced),
+            "untraceable": [list(u) for u in self.untraceable],
+            "notes": list(self.notes),
+        }
+
+    def table(self) -> str:
+        """A plain-text table, one row per pool."""
+        header = ("location", "op", "input", "output", "replacement", "why")
+        rows = [header] + [
+            (
+                r.location,
+                r.op,
+                _shape(r.input_shape),
+                r.output_size,
+                r.replacement + ("" if r.converted else " (!)"),
+                r.reason,
+            )
+            for r in self.records
+        ]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
+        lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths)) + "  " + row[-1] for row in rows]
+        lines.insert(1, "  ".join("-" * w for w in widths) + "  " + "-" * 3)
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        reached = "whole model traced" if "" in self.traced else (
+            f"traced submodules: {', '.join(self.traced) or 'none'}")
+        return (f"{len(self.records)} adaptive pool(s): {len(self.converted)} converted, "
+                f"{len(self.unconverted)} left to PyTorch; {reached}")
+
+    def __str__(self) -> str:
+        parts = [self.summary()]
+        if self.records:
+            parts.append(self.table())
+        parts += [f"untraceable {name or '<root>'}: {why}" for name, why in self.untraceable]
+        parts += list(self.notes)
+        return "\n".join(parts)
+
+
+def _shape(shape: tuple[int, ...] | None) -> str:
+    return "?" if shape is None else "x".join(map(str, shape))
+
+
+def report_of(module: nn.Module) -> ConversionReport:
+    """The report ``fxpool.convert`` attached to the module it returned."""
+    report = getattr(module, REPORT_ATTRIBUTE, None)
+    if not isinstance(report, ConversionReport):
+        raise ValueError("this module was not returned by fxpool.convert, so it carries no report")
+    return report
