@@ -24,7 +24,7 @@ from torch import fx, nn
 from .calls import PoolCall, describe_module
 from .copying import structural_copy
 from .errors import UnconvertedPoolError
-from .graph_pass import pool_nodes, replace_nodes, replacement_name, trace
+from .graph_pass import module_uses, pool_nodes, replace_nodes, trace
 from .planning import choose_plan
 from .recording import PoolEvent, Recording, normalize_example, record_pool_calls
 from .replacements import ExactAdaptivePool
@@ -112,16 +112,20 @@ class _Conversion:
         if mismatch:
             return self._descend(module, name, mismatch, events)
         self.traced.append(name)
-        replacements: dict[fx.Node, tuple[str, nn.Module]] = {}
+        replacements: dict[fx.Node, nn.Module] = {}
+        calls_of: dict[str, int] = {}
         for k, pool in enumerate(nodes):
             node_events = [run[k] for run in runs]
             if pool.node.op == "call_module":
                 location = _join(name, str(pool.node.target))
+                if module_uses(gm, pool.node.target) > 1:
+                    calls_of[location] = calls_of.get(location, 0) + 1
+                    location += f"#{calls_of[location] - 1}"
             else:
                 location = f"{node_events[0].innermost or '<root>'}:{pool.node.name}"
             replacement = self._decide(pool.call, node_events, location)
             if replacement is not None:
-                replacements[pool.node] = (replacement_name(gm, pool.node), replacement)
+                replacements[pool.node] = replacement
         if not replacements:
             return module
         result = replace_nodes(gm, replacements).graph_module
@@ -172,7 +176,8 @@ class _Conversion:
             reason = "dynamic=True: " + pool_plan.reasons()
             agnostic = True
         else:
-            replacement = ExactAdaptivePool(pool_plan, location, weight_dtype, event.device)
+            replacement = ExactAdaptivePool(pool_plan, location, weight_dtype, event.device,
+                                            batched=len(event.input_shape) == dims + 2)
             description = pool_plan.describe()
             reason = pool_plan.reasons()
             agnostic = pool_plan.size_agnostic

@@ -79,21 +79,15 @@ class PassResult:
         return bool(self.replaced)
 
 
-def replacement_name(gm: fx.GraphModule, node: fx.Node) -> str:
-    """Where a node's replacement lives: the pool module's own name when only this node uses it."""
-    if node.op == "call_module" and _uses(gm, node.target) == 1:
-        return str(node.target)
-    base = "fxpool_" + (str(node.target).replace(".", "_") if node.op == "call_module" else node.name)
-    name, index = base, 1
-    while hasattr(gm, name):
-        name, index = f"{base}_{index}", index + 1
-    return name
+def replace_nodes(gm: fx.GraphModule, replacements: dict[fx.Node, nn.Module]) -> PassResult:
+    """Replace each node by a ``call_module`` of its module.
 
-
-def replace_nodes(gm: fx.GraphModule, replacements: dict[fx.Node, tuple[str, nn.Module]]) -> PassResult:
-    """Replace each node by a ``call_module`` of its module, installed under the given name."""
+    A pool module used by one node only is replaced under its own name, so the converted model
+    keeps the original's module paths; other replacements get fresh ``fxpool_*`` names.
+    """
     replaced = []
-    for node, (name, module) in replacements.items():
+    for node, module in replacements.items():
+        name = _replacement_name(gm, node)
         owner_name, _, leaf = name.rpartition(".")
         setattr(gm.get_submodule(owner_name) if owner_name else gm, leaf, module)
         with gm.graph.inserting_after(node):
@@ -109,5 +103,16 @@ def replace_nodes(gm: fx.GraphModule, replacements: dict[fx.Node, tuple[str, nn.
     return PassResult(gm, tuple(replaced))
 
 
-def _uses(gm: fx.GraphModule, target: object) -> int:
+def _replacement_name(gm: fx.GraphModule, node: fx.Node) -> str:
+    if node.op == "call_module" and module_uses(gm, node.target) == 1:
+        return str(node.target)
+    base = "fxpool_" + (str(node.target).replace(".", "_") if node.op == "call_module" else node.name)
+    name, index = base, 1
+    while hasattr(gm, name):
+        name, index = f"{base}_{index}", index + 1
+    return name
+
+
+def module_uses(gm: fx.GraphModule, target: object) -> int:
+    """How many nodes call the submodule ``target``."""
     return sum(1 for n in gm.graph.nodes if n.op == "call_module" and n.target == target)

@@ -85,7 +85,12 @@ def record_pool_calls(model: nn.Module, args: tuple[Any, ...]) -> Recording:
     stack: list[tuple[str, int]] = []
     in_pool_module: list[bool] = []  # parallel to stack: is that module an adaptive pool?
     names = {id(m): name for name, m in probe.named_modules()}
-    pool_modules = {id(m): describe_module(m) for m in probe.modules()}
+    pool_modules: dict[int, PoolCall | None] = {}
+    for name, module in probe.named_modules():
+        try:
+            pool_modules[id(module)] = describe_module(module)
+        except PoolCallError as error:
+            raise PoolCallError(f"{name or '<root>'}: {error}") from None
 
     def pre_hook(module: nn.Module, inputs: tuple[Any, ...]) -> None:
         name = names.get(id(module), "?")
@@ -106,7 +111,10 @@ def record_pool_calls(model: nn.Module, args: tuple[Any, ...]) -> Recording:
         def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
             kwargs = kwargs or {}
             inside_pool_module = bool(in_pool_module) and in_pool_module[-1]
-            described = None if inside_pool_module else describe_function(func, args, kwargs)
+            try:
+                described = None if inside_pool_module else describe_function(func, args, kwargs)
+            except PoolCallError as error:
+                raise PoolCallError(f"{error} (at {_caller_source()})") from None
             if described is None:
                 return func(*args, **kwargs)
             call, value = described
@@ -136,7 +144,7 @@ def record_pool_calls(model: nn.Module, args: tuple[Any, ...]) -> Recording:
         except Exception as error:  # the model's own failure, reported with the example's shapes
             raise ExampleInputError(
                 f"{type(model).__name__}.forward raised {type(error).__name__} on the example input "
-                f"{_describe_args(args)}: {error}. Nothing was converted; pass an example input the "
+                f"{_describe_args(args)}: {str(error).rstrip('.')}. Nothing was converted; pass an example input the "
                 f"model accepts (the one you would give torch.onnx.export)."
             ) from error
     return recording

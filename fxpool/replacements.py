@@ -85,10 +85,11 @@ class ExactAdaptivePool(nn.Module):
     """Computes one adaptive average or max pool exactly, for the input size it was planned for."""
 
     def __init__(self, plan: PoolPlan, where: str = "adaptive pool", weight_dtype: torch.dtype = torch.float32,
-                 device: torch.device | str | None = None) -> None:
+                 device: torch.device | str | None = None, batched: bool = True) -> None:
         super().__init__()
         self.plan = plan
         self.where = where
+        self.batched = batched  # the traced input had a batch axis
         expected = [None] * plan.spatial_dims
         for axis in plan.guarded_axes:
             expected[axis] = plan.in_sizes[axis]
@@ -128,7 +129,13 @@ class ExactAdaptivePool(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.plan.guarded_axes:
             x = check_spatial_size(x, self.expected_sizes, self.where)
+        if not self.plan.steps:
+            return x
         dims = self.plan.spatial_dims
+        # Native adaptive pools accumulate half/bfloat16 in float32 and round once; so do we.
+        # (Written without Python branches on the dtype, so torch.fx can trace through it.)
+        dtype = x.dtype
+        x = x.to(torch.promote_types(dtype, torch.float32))
         for index, step in enumerate(self.plan.steps):
             if isinstance(step, PoolStep):
                 pool = _AVG_POOLS[dims] if step.family == "avg" else _MAX_POOLS[dims]
@@ -136,18 +143,18 @@ class ExactAdaptivePool(nn.Module):
             elif isinstance(step, ReduceStep):
                 x = _reduce(x, step, dims)
             elif isinstance(step, MatmulStep):
-                x = _matmul_axis(x, getattr(self, f"weight_{index}"), x.dim() - dims + step.axis)
+                x = _matmul_axis(x, getattr(self, f"weight_{index}"), step.axis - dims)
             elif isinstance(step, KroneckerStep):
                 x = _kronecker(x, getattr(self, f"weight_{index}"), step)
             elif isinstance(step, TwoWindowMaxStep):
-                x = _two_window_max(x, getattr(self, f"indices_{index}"), x.dim() - dims + step.axis, step.kernel)
+                x = _two_window_max(x, getattr(self, f"indices_{index}"), step.axis - dims, step.kernel)
             else:
-                x = _upsample(x, step, dims)
-        return x
+                x = _upsample(x, step, self.batched)
+        return x.to(dtype)
 
 
 def _reduce(x: torch.Tensor, step: ReduceStep, dims: int) -> torch.Tensor:
-    axes = [x.dim() - dims + a for a in step.axes]
+    axes = [a - dims for a in step.axes]
     if step.family == "avg":
         return x.mean(dim=axes, keepdim=True)
     # max(dim) sends the gradient to the first maximum; last axis first keeps PyTorch's row-major order.
@@ -156,32 +163,19 @@ def _reduce(x: torch.Tensor, step: ReduceStep, dims: int) -> torch.Tensor:
     return x
 
 
-def _compute_dtype(x: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
-    return torch.float64 if x.dtype == torch.float64 or weight.dtype == torch.float64 else torch.float32
-
-
 def _matmul_axis(x: torch.Tensor, weight: torch.Tensor, dim: int) -> torch.Tensor:
-    """Average along ``dim`` by its matrix: (out x in) for the second-last axis, (in x out) otherwise."""
-    dtype = x.dtype
-    compute = _compute_dtype(x, weight)
-    x = x.to(compute)
-    weight = weight.to(compute)
-    if dim == x.dim() - 1:
-        y = torch.matmul(x, weight)
-    elif dim == x.dim() - 2:
-        y = torch.matmul(weight, x)
-    else:
-        y = torch.matmul(x.transpose(dim, -1), weight).transpose(dim, -1)
-    return y.to(dtype)
+    """Average along ``dim`` (negative) by its matrix: (out x in) for dim -2, (in x out) otherwise."""
+    weight = weight.to(x.dtype)
+    if dim == -1:
+        return torch.matmul(x, weight)
+    if dim == -2:
+        return torch.matmul(weight, x)
+    return torch.matmul(x.transpose(dim, -1), weight).transpose(dim, -1)
 
 
 def _kronecker(x: torch.Tensor, weight: torch.Tensor, step: KroneckerStep) -> torch.Tensor:
-    dtype = x.dtype
-    compute = _compute_dtype(x, weight)
-    count = len(step.axes)
-    flat = torch.flatten(x.to(compute), start_dim=x.dim() - count)
-    y = torch.matmul(flat, weight.to(compute))
-    return torch.unflatten(y, -1, step.out_sizes).to(dtype)
+    flat = torch.flatten(x, start_dim=-len(step.axes))
+    return torch.unflatten(torch.matmul(flat, weight.to(x.dtype)), -1, step.out_sizes)
 
 
 def _two_window_max(x: torch.Tensor, indices: torch.Tensor, dim: int, kernel: int) -> torch.Tensor:
@@ -195,14 +189,12 @@ def _two_window_max(x: torch.Tensor, indices: torch.Tensor, dim: int, kernel: in
 
 
 def _max_pool_last(x: torch.Tensor, kernel: int, stride: int) -> torch.Tensor:
-    """1-d max pooling of the last axis of a tensor of any rank >= 1."""
-    shape = x.shape
-    flat = x.reshape(-1, 1, shape[-1])
-    pooled = F.max_pool1d(flat, kernel, stride)
-    return pooled.reshape(*shape[:-1], pooled.shape[-1])
+    """1-d max pooling of the last axis of a tensor of rank >= 2."""
+    pooled = F.max_pool1d(torch.flatten(x, 0, -2).unsqueeze(1), kernel, stride).squeeze(1)
+    return torch.unflatten(pooled, 0, x.shape[:-1])
 
 
-def _upsample(x: torch.Tensor, step: UpsampleStep, dims: int) -> torch.Tensor:
-    if x.dim() == dims + 2:
+def _upsample(x: torch.Tensor, step: UpsampleStep, batched: bool) -> torch.Tensor:
+    if batched:
         return F.interpolate(x, size=step.sizes, mode="nearest")
     return F.interpolate(x.unsqueeze(0), size=step.sizes, mode="nearest").squeeze(0)

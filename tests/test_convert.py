@@ -1,0 +1,248 @@
+"""fxpool.convert end to end: every spelling, the report, safety, errors, untraceable models."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import fxpool
+from fxpool import ExampleInputError, PoolCallError, SpatialSizeError, UnconvertedPoolError, report_of
+
+from models import EverySpelling, MaxAndIndices, PooledHead, SharedPool, ShapeBranch, UntraceableShared, WithDropout
+
+F32 = dict(rtol=1e-6, atol=1e-6)
+
+
+def snapshot(model: nn.Module) -> dict[str, object]:
+    """Everything convert must leave bit-identical."""
+    return {
+        "state": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        "ids": {k: id(v) for k, v in model.state_dict(keep_vars=True).items()},
+        "training": {n: m.training for n, m in model.named_modules()},
+        "modules": {n: id(m) for n, m in model.named_modules()},
+        "hooks": {n: (len(m._forward_hooks), len(m._forward_pre_hooks)) for n, m in model.named_modules()},
+    }
+
+
+def assert_unchanged(model: nn.Module, before: dict[str, object]) -> None:
+    after = snapshot(model)
+    assert after["ids"] == before["ids"]
+    assert after["training"] == before["training"]
+    assert after["modules"] == before["modules"]
+    assert after["hooks"] == before["hooks"]
+    for key, value in before["state"].items():  # type: ignore[union-attr]
+        assert torch.equal(after["state"][key], value), key  # type: ignore[index]
+
+
+def test_every_spelling_is_found_and_converted_exactly() -> None:
+    model = EverySpelling().eval()
+    x = torch.randn(2, 3, 10, 10)
+    converted = fxpool.convert(model, x, strict=True)
+    report = report_of(converted)
+    assert len(report.records) == 15 and not report.unconverted
+    assert report.traced == ("",)
+    torch.testing.assert_close(converted(x), model(x), **F32)
+    kinds = " ".join(r.replacement for r in report.records)
+    for kind in ("AvgPool2d", "AvgPool1d", "AvgPool3d", "mean", "matmul", "kron-matmul", "nearest upsample"):
+        assert kind in kinds
+    forms = {r.op for r in report.records}
+    assert {"nn.AdaptiveAvgPool2d", "F.adaptive_avg_pool2d", "torch._C._nn.adaptive_avg_pool2d",
+            "F.adaptive_avg_pool1d", "nn.AdaptiveAvgPool1d", "nn.AdaptiveAvgPool3d", "F.adaptive_avg_pool3d",
+            "torch._C._nn.adaptive_avg_pool3d", "F.interpolate(mode='area')", "nn.Upsample(mode='area')"} <= forms
+    functional = [r for r in report.records if r.form == "functional"]
+    assert all(r.source and "models.py" in r.source for r in functional)
+    assert "kron-matmul" in str(report) and "whole model traced" in str(report)
+
+
+def test_gradients_match_the_original() -> None:
+    model = EverySpelling().eval().double()
+    x = torch.randn(2, 3, 10, 10, dtype=torch.float64)
+    converted = fxpool.convert(model, x)
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    upstream = torch.randn_like(model(x))
+    converted(a).backward(upstream)
+    model(b).backward(upstream)
+    torch.testing.assert_close(a.grad, b.grad, rtol=1e-12, atol=1e-12)
+    for (name, p), (_, q) in zip(converted.named_parameters(), model.named_parameters()):
+        assert p is q, name  # shared, so both gradients landed on the same tensor
+
+
+def test_caller_model_is_never_mutated_even_in_train_mode() -> None:
+    model = EverySpelling().train()
+    model.conv.register_forward_hook(lambda m, i, o: None)
+    before = snapshot(model)
+    x = torch.randn(2, 3, 10, 10)
+    rng = torch.get_rng_state()
+    converted = fxpool.convert(model, x)
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert_unchanged(model, before)
+    assert converted.training is True and converted.bn.training is True
+    assert isinstance(model.module_2d, nn.AdaptiveAvgPool2d)  # the original keeps its pools
+    assert converted.conv.weight is model.conv.weight  # parameters are shared, not copied
+    assert converted.state_dict().keys() == model.state_dict().keys()
+
+
+def test_dropout_and_batchnorm_in_train_mode_do_not_leak() -> None:
+    model = WithDropout().train()
+    before = snapshot(model)
+    fxpool.convert(model, torch.randn(4, 3, 10, 10))
+    assert_unchanged(model, before)
+    assert model.bn.num_batches_tracked.item() == 0
+
+
+def test_size_guard_names_node_and_fix_but_size_agnostic_pools_accept_any_size() -> None:
+    model = EverySpelling().eval()
+    converted = fxpool.convert(model, torch.randn(2, 3, 10, 10))
+    with pytest.raises(SpatialSizeError, match=r"module_2d.*\(10, 10\).*\(12, 12\).*Convert again"):
+        converted(torch.randn(2, 3, 12, 12))
+    resnet_like = nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+    converted = fxpool.convert(resnet_like, torch.randn(1, 3, 10, 10))
+    assert report_of(converted).records[0].size_agnostic
+    for size in (7, 19, 32):
+        x = torch.randn(2, 3, size, size)
+        torch.testing.assert_close(converted(x), resnet_like(x), **F32)
+
+
+def test_strict_raises_and_lists_what_would_be_left() -> None:
+    with pytest.raises(UnconvertedPoolError, match="return_indices"):
+        fxpool.convert(MaxAndIndices(), torch.randn(1, 3, 10, 10), strict=True)
+    report = fxpool.plan(MaxAndIndices(), torch.randn(1, 3, 10, 10))
+    assert len(report.unconverted) == 1
+
+
+def test_plan_reports_without_returning_a_model() -> None:
+    report = fxpool.plan(EverySpelling().eval(), torch.randn(1, 3, 10, 10))
+    assert isinstance(report, fxpool.ConversionReport)
+    assert len(report.records) == 15
+    assert report.to_dict()["records"][0]["location"] == "module_2d"
+
+
+def test_same_module_on_two_sizes_gets_two_replacements_when_traced() -> None:
+    model = SharedPool()
+    x = torch.randn(1, 2, 10, 10)
+    converted = fxpool.convert(model, x, strict=True)
+    assert [r.location for r in report_of(converted).records] == ["pool#0", "pool#1"]
+    torch.testing.assert_close(converted(x), model(x), **F32)
+
+
+def test_same_module_on_two_sizes_in_untraceable_code_is_left_with_reason() -> None:
+    model = UntraceableShared()
+    x = torch.randn(1, 2, 10, 10)
+    converted = fxpool.convert(model, x)
+    (record,) = report_of(converted).records
+    assert not record.converted and "different sizes" in record.reason
+    torch.testing.assert_close(converted(x), model(x), **F32)
+
+
+def test_untraceable_model_converts_traceable_parts_and_reports_the_rest() -> None:
+    model = ShapeBranch().eval()
+    x = torch.randn(2, 3, 12, 12)
+    converted = fxpool.convert(model, x)
+    report = report_of(converted)
+    assert report.traced == ("head",)
+    assert report.untraceable[0][0] == "" and "control flow" in report.untraceable[0][1]
+    by_location = {r.location: r for r in report.records}
+    assert by_location["pool"].converted and by_location["head:adaptive_avg_pool2d"].converted
+    (unreached,) = report.unconverted
+    assert "cannot trace" in unreached.reason and unreached.source and "models.py" in unreached.source
+    assert isinstance(model.head, PooledHead)  # the original child is untouched
+    torch.testing.assert_close(converted(x), model(x), **F32)
+    with pytest.raises(UnconvertedPoolError):
+        fxpool.convert(model, x, strict=True)
+
+
+def test_unbatched_and_zero_batch_inputs() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.AdaptiveAvgPool2d((7, 5)))
+    for x in (torch.randn(3, 10, 13), torch.randn(0, 3, 10, 13)):
+        converted = fxpool.convert(model, x, strict=True)
+        torch.testing.assert_close(converted(x), model(x), **F32)
+
+
+def test_channels_last_inputs() -> None:
+    model = EverySpelling().eval().to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 10, 10).contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(fxpool.convert(model, x)(x), model(x), **F32)
+
+
+def test_converted_model_can_be_converted_and_traced_again() -> None:
+    model = EverySpelling().eval()
+    x = torch.randn(2, 3, 10, 10)
+    once = fxpool.convert(model, x)
+    twice = fxpool.convert(once, x)
+    assert len(report_of(twice).records) == 0  # nothing adaptive is left
+    torch.fx.symbolic_trace(once)
+    torch.testing.assert_close(twice(x), model(x), **F32)
+
+
+def test_buffers_follow_double() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.AdaptiveAvgPool2d(7))
+    converted = fxpool.convert(model, torch.randn(1, 3, 10, 10)).double()
+    x = torch.randn(2, 3, 10, 10, dtype=torch.float64)
+    torch.testing.assert_close(converted(x), model.double()(x), rtol=1e-12, atol=1e-12)
+
+
+def test_quantized_input_is_left_alone_with_reason() -> None:
+    class Quantized(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pool = nn.AdaptiveAvgPool2d(3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            q = torch.quantize_per_tensor(x, 0.1, 0, torch.quint8)
+            return self.pool(q).dequantize()
+
+    model = Quantized()
+    x = torch.rand(1, 2, 10, 10)
+    converted = fxpool.convert(model, x)
+    (record,) = report_of(converted).records
+    assert not record.converted and "quantized" in record.reason
+    torch.testing.assert_close(converted(x), model(x))
+
+
+# --- bad input: clear errors, nothing half-converted ---
+
+def test_non_tensor_example_input() -> None:
+    with pytest.raises(ExampleInputError, match="holds no tensor"):
+        fxpool.convert(EverySpelling(), "an image")
+
+
+def test_wrong_rank_example_input() -> None:
+    model = nn.Sequential(nn.Flatten(0), nn.Unflatten(0, (1, 3, 5, 5)), nn.AdaptiveAvgPool2d(3))
+    with pytest.raises(ExampleInputError, match=r"raised RuntimeError on the example input \(Tensor\(3, 5\)\)"):
+        fxpool.convert(EverySpelling(), torch.randn(3, 5))
+    class RankFive(nn.Module):
+        def forward(self, x):
+            return F.adaptive_avg_pool2d(x, 3)
+    with pytest.raises(PoolCallError, match=r"F.adaptive_avg_pool2d at .*models|rank 5"):
+        fxpool.convert(RankFive(), torch.randn(1, 1, 2, 5, 5))
+    assert model is not None
+
+
+def test_negative_output_size_names_the_call() -> None:
+    class Negative(nn.Module):
+        def forward(self, x):
+            return F.adaptive_avg_pool2d(x, (3, -1))
+    with pytest.raises(PoolCallError, match=r"F.adaptive_avg_pool2d: output_size \(3, -1\) has a negative.*test_convert.py"):
+        fxpool.convert(Negative(), torch.randn(1, 2, 5, 5))
+    with pytest.raises(PoolCallError, match=r"1: nn.AdaptiveAvgPool2d: output_size \(2, -3\) has a negative"):
+        fxpool.convert(nn.Sequential(nn.Identity(), nn.AdaptiveAvgPool2d((2, -3))), torch.randn(1, 2, 5, 5))
+
+
+def test_integer_input_to_a_pool() -> None:
+    with pytest.raises(PoolCallError, match=r"integer dtype torch.int64.*floating"):
+        fxpool.convert(nn.AdaptiveAvgPool2d(3), torch.ones(1, 2, 5, 5, dtype=torch.int64))
+
+
+def test_forward_that_raises() -> None:
+    class Broken(nn.Module):
+        def forward(self, x):
+            raise KeyError("boom")
+    with pytest.raises(ExampleInputError, match="Broken.forward raised KeyError.*Nothing was converted"):
+        fxpool.convert(Broken(), torch.randn(1))
+
+
+def test_not_a_module() -> None:
+    with pytest.raises(TypeError, match="needs an nn.Module"):
+        fxpool.convert(lambda x: x, torch.randn(1))  # type: ignore[arg-type]

@@ -1,0 +1,165 @@
+"""ExactAdaptivePool against PyTorch's adaptive pools: values and gradients.
+
+Tolerances: float64 rtol=atol=1e-12, float32 rtol=atol=1e-6 (gradients 1e-5), float16/bfloat16 the defaults of
+``torch.testing.assert_close`` for that dtype (against the float64 pool of the same rounded input);
+max-pool values are compared bit for bit, and their gradients reach the same positions.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fxpool.errors import SpatialSizeError
+from fxpool.planning import choose_plan
+from fxpool.replacements import ExactAdaptivePool, averaging_matrix
+
+NATIVE = {
+    ("avg", 1): F.adaptive_avg_pool1d, ("avg", 2): F.adaptive_avg_pool2d, ("avg", 3): F.adaptive_avg_pool3d,
+    ("max", 1): F.adaptive_max_pool1d, ("max", 2): F.adaptive_max_pool2d, ("max", 3): F.adaptive_max_pool3d,
+}
+TOLERANCE = {torch.float64: dict(rtol=1e-12, atol=1e-12), torch.float32: dict(rtol=1e-6, atol=1e-6),
+             torch.float16: {}, torch.bfloat16: {}}
+# A gradient sums up to ~30 upstream terms per input (overlapping windows, upsampling), in another
+# order than PyTorch's kernel, so float32 gets 10x the forward tolerance.
+GRAD_TOLERANCE = {**TOLERANCE, torch.float32: dict(rtol=1e-5, atol=1e-5)}
+
+
+def assert_same_pool(family: str, x: torch.Tensor, out_sizes: tuple, with_grad: bool = True) -> None:
+    """Forward (and backward) of the replacement equal PyTorch's at the dtype's tolerance."""
+    dims = len(out_sizes)
+    in_sizes = tuple(x.shape[-dims:])
+    follows = tuple(o is None for o in out_sizes)
+    resolved = tuple(i if o is None else o for i, o in zip(in_sizes, out_sizes))
+    weight_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    module = ExactAdaptivePool(choose_plan(family, in_sizes, resolved, follows), "test", weight_dtype,
+                               batched=x.dim() == dims + 2)
+    native = NATIVE[(family, dims)]
+    tolerance = dict(rtol=0, atol=0) if family == "max" else TOLERANCE[x.dtype]
+
+    a = x.detach().clone().requires_grad_(with_grad)
+    b = x.detach().clone().requires_grad_(with_grad)
+    ours = module(a)
+    theirs = native(b, out_sizes)
+    if x.dtype in (torch.float16, torch.bfloat16) and family == "avg":
+        # Some native CPU kernels (avg_pool3d in bfloat16) accumulate in low precision; compare with
+        # the exact function of the same rounded input instead, rounded once to the dtype.
+        theirs = native(b.detach().double(), out_sizes).to(x.dtype)
+    torch.testing.assert_close(ours, theirs, **tolerance)
+    if with_grad and theirs.numel():
+        upstream = torch.randn_like(theirs)
+        ours.backward(upstream)
+        theirs.backward(upstream)
+        # Overlapping windows add upstream gradients in another order: float rounding only.
+        torch.testing.assert_close(a.grad, b.grad, **GRAD_TOLERANCE[x.dtype])
+        if family == "max":  # the gradient reaches exactly the positions PyTorch's argmax picks
+            assert torch.equal(a.grad != 0, b.grad != 0)
+
+
+@pytest.mark.parametrize("family", ["avg", "max"])
+@pytest.mark.parametrize("in_size", range(1, 17))
+def test_exhaustive_1d(family: str, in_size: int) -> None:
+    """Every input length 1..16 against every output length 1..20, float64, with gradients."""
+    for out_size in range(1, 21):
+        x = torch.randn(2, 3, in_size, dtype=torch.float64)
+        assert_same_pool(family, x, (out_size,))
+
+
+@pytest.mark.parametrize("in_size", range(1, 17))
+def test_averaging_matrix_is_pytorch_pooling_of_the_identity(in_size: int) -> None:
+    for out_size in range(1, 21):
+        eye = torch.eye(in_size, dtype=torch.float64).unsqueeze(0)
+        expected = F.adaptive_avg_pool1d(eye, out_size)[0].t()
+        torch.testing.assert_close(averaging_matrix(in_size, out_size), expected, rtol=1e-15, atol=1e-15)
+
+
+@st.composite
+def pool_cases(draw):
+    dims = draw(st.integers(1, 3))
+    limit = 24 if dims < 3 else 10
+    in_sizes = tuple(draw(st.integers(1, limit)) for _ in range(dims))
+    sizes = st.integers(1, limit + 6)
+    if dims > 1:  # adaptive_*_pool1d takes no None
+        sizes = st.one_of(sizes, st.none())
+    out_sizes = tuple(draw(sizes) for _ in range(dims))
+    batch = draw(st.sampled_from([None, 0, 1, 2]))
+    channels = draw(st.integers(1, 4))
+    dtype = draw(st.sampled_from([torch.float32, torch.float64, torch.float16, torch.bfloat16]))
+    channels_last = dims in (2, 3) and batch not in (None,) and draw(st.booleans())
+    family = draw(st.sampled_from(["avg", "max"]))
+    return family, dims, in_sizes, out_sizes, batch, channels, dtype, channels_last
+
+
+@settings(max_examples=400, deadline=None)
+@given(pool_cases())
+def test_random_sizes_dtypes_layouts(case) -> None:
+    family, dims, in_sizes, out_sizes, batch, channels, dtype, channels_last = case
+    shape = ((batch,) if batch is not None else ()) + (channels,) + in_sizes
+    x = torch.randn(shape, dtype=torch.float64).to(dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last if dims == 2 else torch.channels_last_3d)
+    assert_same_pool(family, x, out_sizes, with_grad=dtype in (torch.float32, torch.float64))
+
+
+@pytest.mark.parametrize("family", ["avg", "max"])
+@pytest.mark.parametrize("in_sizes,out_sizes", [
+    ((10, 10), (7, 7)), ((7, 7), (3, 3)), ((4, 5), (16, 20)), ((4, 5), (6, 6)), ((13, 17), (5, 7)),
+    ((64, 64), (6, 6)), ((8, 14, 14), (4, 7, 7)), ((5, 9, 6), (3, 4, 6)), ((33,), (6,)),
+])
+def test_named_shapes_in_every_dtype(family: str, in_sizes: tuple, out_sizes: tuple) -> None:
+    for dtype in TOLERANCE:
+        x = torch.randn(2, 3, *in_sizes, dtype=torch.float64).to(dtype)
+        assert_same_pool(family, x, out_sizes, with_grad=dtype in (torch.float32, torch.float64))
+
+
+def test_max_propagates_nan_and_inf_like_pytorch() -> None:
+    for in_size, out_size in [(10, 7), (7, 3), (4, 8), (4, 6), (9, 1)]:
+        x = torch.randn(2, 3, in_size, dtype=torch.float64)
+        x[0, 0, in_size // 2] = float("nan")
+        x[0, 1, 0] = float("inf")
+        x[1, 2, -1] = float("-inf")
+        module = ExactAdaptivePool(choose_plan("max", (in_size,), (out_size,)))
+        torch.testing.assert_close(module(x), F.adaptive_max_pool1d(x, out_size), rtol=0, atol=0, equal_nan=True)
+
+
+def test_max_gradient_goes_to_the_first_of_tied_maxima() -> None:
+    x = torch.zeros(1, 1, 10, 10, dtype=torch.float64)  # every window ties everywhere
+    for out_sizes in [(7, 7), (3, 3), (1, 1), (5, 3)]:
+        assert_same_pool("max", x, out_sizes)
+
+
+def test_weights_follow_device_and_dtype_changes_exactly() -> None:
+    module = ExactAdaptivePool(choose_plan("avg", (10, 10), (7, 7)), "test")
+    weight = next(b for n, b in module.named_buffers() if n.startswith("weight_"))
+    assert weight.dtype == torch.float32
+    module.double()
+    x = torch.randn(2, 3, 10, 10, dtype=torch.float64)
+    torch.testing.assert_close(module(x), F.adaptive_avg_pool2d(x, 7), rtol=1e-12, atol=1e-12)
+    module.half()
+    h = torch.randn(2, 3, 10, 10).half()
+    torch.testing.assert_close(module(h), F.adaptive_avg_pool2d(h, 7))
+    assert module.state_dict() == {}  # non-persistent: the converted model loads the original's weights
+
+
+@pytest.mark.cuda
+def test_cuda_matches_native() -> None:
+    for family in ("avg", "max"):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            x = torch.randn(2, 8, 10, 13, device="cuda").to(dtype)
+            assert_same_pool(family, x, (7, 5), with_grad=dtype == torch.float32)
+
+
+def test_guard_names_the_node_the_sizes_and_the_fix() -> None:
+    module = ExactAdaptivePool(choose_plan("avg", (10, 10), (7, 7)), "features.avgpool")
+    with pytest.raises(SpatialSizeError, match=r"features\.avgpool.*\(10, 10\).*\(12, 12\).*Convert again"):
+        module(torch.randn(1, 3, 12, 12))
+
+
+def test_size_agnostic_plans_need_no_guard() -> None:
+    module = ExactAdaptivePool(choose_plan("avg", (10, 10), (1, 1)), "pool")
+    for size in (3, 10, 17):
+        x = torch.randn(1, 2, size, size + 1)
+        torch.testing.assert_close(module(x), F.adaptive_avg_pool2d(x, 1), rtol=1e-6, atol=1e-6)
