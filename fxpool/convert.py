@@ -27,6 +27,7 @@ from .errors import UnconvertedPoolError
 from .graph_pass import module_uses, pool_nodes, replace_nodes, trace
 from .planning import choose_plan
 from .recording import PoolEvent, Recording, normalize_example, record_pool_calls
+from .dynamic import DynamicAdaptiveAvgPool
 from .replacements import ExactAdaptivePool
 from .report import REPORT_ATTRIBUTE, ConversionReport, PoolRecord
 
@@ -168,12 +169,13 @@ class _Conversion:
         pool_plan = choose_plan(call.family, in_sizes, out_sizes, follows)
         weight_dtype = torch.float64 if event.dtype == torch.float64 else torch.float32
         if self.dynamic and not pool_plan.size_agnostic:
-            from .dynamic import DynamicAdaptivePool
-
-            replacement: nn.Module = DynamicAdaptivePool(call.family, dims, call.output_size or out_sizes,
-                                                         where=location)
-            description = f"dynamic {call.family} (windows from the runtime size)"
-            reason = "dynamic=True: " + pool_plan.reasons()
+            why_not_dynamic = _why_not_dynamic(call)
+            if why_not_dynamic:
+                self.records.append(_record(event, location, None, why_not_dynamic, call))
+                return None
+            replacement: nn.Module = DynamicAdaptiveAvgPool(call.output_size or out_sizes, where=location)
+            description = "dynamic matmul (windows from the runtime size)"
+            reason = "dynamic=True; at the traced size: " + pool_plan.reasons()
             agnostic = True
         else:
             replacement = ExactAdaptivePool(pool_plan, location, weight_dtype, event.device,
@@ -207,6 +209,14 @@ def _why_not(call: PoolCall, events: Sequence[PoolEvent]) -> str | None:
     if len(sizes) > 1:
         seen = ", ".join(f"{i}->{o}" for i, o in sorted(sizes))
         return f"called {len(events)} times with different sizes ({seen}); no single replacement is exact"
+    return None
+
+
+def _why_not_dynamic(call: PoolCall) -> str | None:
+    if call.family != "avg":
+        return "dynamic=True covers the average family; this max pool depends on its input size"
+    if call.output_size is None:
+        return "dynamic=True: interpolate with scale_factor has a size-dependent output size"
     return None
 
 

@@ -135,7 +135,9 @@ class ExactAdaptivePool(nn.Module):
         # Native adaptive pools accumulate half/bfloat16 in float32 and round once; so do we.
         # (Written without Python branches on the dtype, so torch.fx can trace through it.)
         dtype = x.dtype
-        x = x.to(torch.promote_types(dtype, torch.float32))
+        upcast = not isinstance(dtype, torch.dtype) or dtype in _LOW_PRECISION  # a Proxy under torch.fx
+        if upcast:
+            x = x.to(torch.promote_types(dtype, torch.float32))
         for index, step in enumerate(self.plan.steps):
             if isinstance(step, PoolStep):
                 pool = _AVG_POOLS[dims] if step.family == "avg" else _MAX_POOLS[dims]
@@ -147,10 +149,10 @@ class ExactAdaptivePool(nn.Module):
             elif isinstance(step, KroneckerStep):
                 x = _kronecker(x, getattr(self, f"weight_{index}"), step)
             elif isinstance(step, TwoWindowMaxStep):
-                x = _two_window_max(x, getattr(self, f"indices_{index}"), step.axis - dims, step.kernel)
+                x = _two_window_max(x, getattr(self, f"indices_{index}"), step.axis, dims, step.kernel)
             else:
                 x = _upsample(x, step, self.batched)
-        return x.to(dtype)
+        return x.to(dtype) if upcast else x
 
 
 def _reduce(x: torch.Tensor, step: ReduceStep, dims: int) -> torch.Tensor:
@@ -165,7 +167,8 @@ def _reduce(x: torch.Tensor, step: ReduceStep, dims: int) -> torch.Tensor:
 
 def _matmul_axis(x: torch.Tensor, weight: torch.Tensor, dim: int) -> torch.Tensor:
     """Average along ``dim`` (negative) by its matrix: (out x in) for dim -2, (in x out) otherwise."""
-    weight = weight.to(x.dtype)
+    if weight.dtype != x.dtype:
+        weight = weight.to(x.dtype)
     if dim == -1:
         return torch.matmul(x, weight)
     if dim == -2:
@@ -174,24 +177,24 @@ def _matmul_axis(x: torch.Tensor, weight: torch.Tensor, dim: int) -> torch.Tenso
 
 
 def _kronecker(x: torch.Tensor, weight: torch.Tensor, step: KroneckerStep) -> torch.Tensor:
-    flat = torch.flatten(x, start_dim=-len(step.axes))
-    return torch.unflatten(torch.matmul(flat, weight.to(x.dtype)), -1, step.out_sizes)
+    flat = torch.flatten(x, start_dim=x.dim() - len(step.axes))
+    y = torch.matmul(flat, weight if weight.dtype == x.dtype else weight.to(x.dtype))
+    return torch.unflatten(y, y.dim() - 1, step.out_sizes)
 
 
-def _two_window_max(x: torch.Tensor, indices: torch.Tensor, dim: int, kernel: int) -> torch.Tensor:
-    # Every window has length k or k+1 <= 2k, so it is the union of the k-windows at its two ends.
-    # MaxPool over each adjacent pair keeps PyTorch's gradient on the first maximum.
-    moved = x.transpose(dim, -1)
+def _two_window_max(x: torch.Tensor, indices: torch.Tensor, axis: int, dims: int, kernel: int) -> torch.Tensor:
+    # Every window has length k or k+1 <= 2k, so it is the union of the k-windows at its two ends:
+    # max-pool k-windows at stride 1, pick the two ends of each window, max-pool each pair. MaxPool
+    # (not maximum) keeps PyTorch's gradient on the first of tied maxima.
+    pool = _MAX_POOLS[dims]
     if kernel > 1:
-        moved = _max_pool_last(moved, kernel, 1)
-    pairs = torch.index_select(moved, -1, indices)
-    return _max_pool_last(pairs, 2, 2).transpose(dim, -1)
+        x = pool(x, _along(axis, dims, kernel), 1)
+    pairs = torch.index_select(x, axis - dims, indices)
+    return pool(pairs, _along(axis, dims, 2), _along(axis, dims, 2))
 
 
-def _max_pool_last(x: torch.Tensor, kernel: int, stride: int) -> torch.Tensor:
-    """1-d max pooling of the last axis of a tensor of rank >= 2."""
-    pooled = F.max_pool1d(torch.flatten(x, 0, -2).unsqueeze(1), kernel, stride).squeeze(1)
-    return torch.unflatten(pooled, 0, x.shape[:-1])
+def _along(axis: int, dims: int, size: int) -> tuple[int, ...]:
+    return tuple(size if a == axis else 1 for a in range(dims))
 
 
 def _upsample(x: torch.Tensor, step: UpsampleStep, batched: bool) -> torch.Tensor:

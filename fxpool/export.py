@@ -1,0 +1,177 @@
+"""ONNX export of converted models: ``export``, the ``onnx_export_hook`` and graph verification.
+
+:func:`export` converts the model, runs ``torch.onnx.export`` with the caller's keyword arguments
+passed through unchanged, then (``verify=True``) checks the file with ``onnx.checker`` and runs it
+in onnxruntime on the example input against the original PyTorch model. A failed check raises
+:class:`~fxpool.errors.ExportVerificationError` and renames the file to ``*.failed``.
+
+:func:`onnx_export_hook` patches ``torch.onnx.export`` so that any call — in scripts the user
+cannot edit too — exports the converted model. The patch is undone on exit, on exceptions and
+in nested use.
+
+onnx and onnxruntime are imported only when needed (the ``fxpool[onnx]`` extra).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_leaves
+
+from .convert import convert
+from .errors import ExportVerificationError
+from .recording import normalize_example
+from .report import REPORT_ATTRIBUTE, ConversionReport, report_of
+from .symbolics import exporter_translations
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What ``export`` wrote and what it measured."""
+
+    path: str
+    report: ConversionReport
+    op_histogram: dict[str, int]
+    max_abs_error: float | None  # onnxruntime against PyTorch on the example input; None unverified
+    max_rel_error: float | None
+
+
+def export(model: nn.Module, example_input: Any, f: str | os.PathLike[str], *, verify: bool = True,
+           dynamic: bool = False, strict: bool = False, rtol: float = 1e-4, atol: float = 1e-5,
+           **kwargs: Any) -> ExportResult:
+    """Convert ``model`` and export it to ONNX at ``f``; ``kwargs`` go to ``torch.onnx.export``.
+
+    Spatial axes stay static unless ``dynamic=True``: a shape-specialised graph must not accept
+    another size, so ``dynamic_axes``/``dynamic_shapes`` that free a spatial axis are refused.
+    """
+    args = normalize_example(example_input)
+    if not dynamic:
+        _refuse_dynamic_spatial_axes(args, kwargs)
+    converted = convert(model, example_input, strict=strict, dynamic=dynamic)
+    path = os.fspath(f)
+    with exporter_translations():
+        torch.onnx.export(converted, args, path, **kwargs)
+    histogram = op_histogram(path)
+    if not verify:
+        return ExportResult(path, report_of(converted), histogram, None, None)
+    abs_error, rel_error = verify_onnx(path, model, args, rtol=rtol, atol=atol)
+    return ExportResult(path, report_of(converted), histogram, abs_error, rel_error)
+
+
+def op_histogram(path: str) -> dict[str, int]:
+    """How often each ONNX op type occurs in the graph (subgraphs and functions included)."""
+    import onnx
+
+    model = onnx.load(path, load_external_data=False)
+    counts: Counter[str] = Counter()
+
+    def walk(graph: Any) -> None:
+        for node in graph.node:
+            counts[node.op_type] += 1
+            for attribute in node.attribute:
+                if attribute.type == onnx.AttributeProto.GRAPH:
+                    walk(attribute.g)
+    walk(model.graph)
+    for function in model.functions:
+        for node in function.node:
+            counts[node.op_type] += 1
+    return dict(sorted(counts.items()))
+
+
+def run_onnxruntime(path: str, args: tuple[Any, ...], providers: list[str] | None = None) -> list[Any]:
+    """Outputs of the ONNX graph at ``path`` on the tensors of ``args``, in order."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(path, providers=providers or ["CPUExecutionProvider"])
+    tensors = [t for t in tree_leaves(args) if isinstance(t, torch.Tensor)]
+    names = [i.name for i in session.get_inputs()]
+    feeds = {name: t.detach().cpu().numpy() for name, t in zip(names, tensors)}
+    return session.run(None, feeds)
+
+
+def verify_onnx(path: str, model: nn.Module, args: tuple[Any, ...], *, rtol: float = 1e-4,
+                atol: float = 1e-5) -> tuple[float, float]:
+    """Check the file and compare onnxruntime with ``model(*args)``; returns (max abs, max rel) error."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(path)
+        outputs = run_onnxruntime(path, args)
+    except Exception as error:
+        raise ExportVerificationError(_failed(path, f"the exported graph does not load or run: {error}")) from error
+    with torch.no_grad():
+        expected = [t for t in tree_leaves(model(*args)) if isinstance(t, torch.Tensor)]
+    if len(expected) != len(outputs):
+        raise ExportVerificationError(_failed(path, f"onnxruntime gave {len(outputs)} outputs, PyTorch {len(expected)}"))
+    worst_abs = worst_rel = 0.0
+    for index, (ours, theirs) in enumerate(zip(outputs, expected)):
+        got = torch.from_numpy(ours).to(theirs.dtype)
+        if got.shape != theirs.shape:
+            raise ExportVerificationError(_failed(path, f"output {index}: shape {tuple(got.shape)} from onnxruntime, "
+                                                        f"{tuple(theirs.shape)} from PyTorch"))
+        if not theirs.numel():
+            continue
+        diff = (got.double() - theirs.double()).abs()
+        worst_abs = max(worst_abs, diff.max().item())
+        worst_rel = max(worst_rel, (diff / theirs.double().abs().clamp_min(atol)).max().item())
+        if not torch.allclose(got.double(), theirs.double(), rtol=rtol, atol=atol):
+            raise ExportVerificationError(_failed(
+                path, f"output {index}: onnxruntime differs from PyTorch by up to {diff.max().item():.3g} "
+                      f"(rtol={rtol}, atol={atol})"))
+    return worst_abs, worst_rel
+
+
+def _failed(path: str, why: str) -> str:
+    if os.path.exists(path):
+        os.replace(path, path + ".failed")
+        return f"{why}. The graph was moved to {path}.failed so it is not mistaken for a good one."
+    return why
+
+
+def _refuse_dynamic_spatial_axes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    message = ("{what} makes spatial axis {axis} of input {name!r} dynamic, but the converted graph is "
+               "specialised to the example's size and would compute wrong results at others; pass "
+               "dynamic=True to fxpool.export for a graph exact at every size, or keep spatial axes static")
+    for name, axes in (kwargs.get("dynamic_axes") or {}).items():
+        for axis in (axes.keys() if isinstance(axes, dict) else axes):
+            if axis >= 2:
+                raise ValueError(message.format(what="dynamic_axes", axis=axis, name=name))
+    shapes = kwargs.get("dynamic_shapes")
+    if shapes is None:
+        return
+    entries = shapes.values() if isinstance(shapes, dict) else shapes
+    for index, spec in enumerate(entries):
+        items = spec.items() if isinstance(spec, dict) else enumerate(spec or ())
+        for axis, value in items:
+            if value is not None and int(axis) >= 2:
+                raise ValueError(message.format(what="dynamic_shapes", axis=axis, name=index))
+
+
+_ORIGINAL_EXPORT = torch.onnx.export
+
+
+@contextmanager
+def onnx_export_hook(*, strict: bool = False, dynamic: bool = False) -> Iterator[None]:
+    """Within this block, ``torch.onnx.export(model, args, ...)`` exports ``fxpool.convert(model, args)``.
+
+    The caller's model is untouched; already-converted models are exported as they are.
+    """
+    previous = torch.onnx.export
+
+    def export_converted(model: Any, args: Any = (), f: Any = None, *rest: Any, **kwargs: Any) -> Any:
+        if isinstance(model, nn.Module) and not hasattr(model, REPORT_ATTRIBUTE):
+            model = convert(model, args, strict=strict, dynamic=dynamic)
+        with exporter_translations():
+            return previous(model, args, f, *rest, **kwargs)
+
+    torch.onnx.export = export_converted
+    try:
+        yield
+    finally:
+        torch.onnx.export = previous
