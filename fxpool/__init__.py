@@ -11,6 +11,7 @@ from .errors import (
     SpatialSizeError,
     UnconvertedPoolError,
 )
+from .exporting import ExportResult, export, onnx_export_hook
 from .report import ConversionReport, PoolRecord, report_of
 
 __version__ = "0.1.0"
@@ -18,6 +19,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ConversionReport",
     "ExampleInputError",
+    "ExportResult",
     "ExportVerificationError",
     "FxpoolError",
     "PoolCallError",
@@ -25,6 +27,8 @@ __all__ = [
     "SpatialSizeError",
     "UnconvertedPoolError",
     "convert",
+    "export",
+    "onnx_export_hook",
     "plan",
     "report_of",
 ]

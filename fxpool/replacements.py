@@ -165,10 +165,16 @@ def _reduce(x: torch.Tensor, step: ReduceStep, dims: int) -> torch.Tensor:
     return x
 
 
+def _cast_like(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    # Under torch.fx both are Proxies, so the cast is recorded rather than decided.
+    if isinstance(x, torch.fx.Proxy) or weight.dtype != x.dtype:
+        return weight.to(x.dtype)
+    return weight
+
+
 def _matmul_axis(x: torch.Tensor, weight: torch.Tensor, dim: int) -> torch.Tensor:
     """Average along ``dim`` (negative) by its matrix: (out x in) for dim -2, (in x out) otherwise."""
-    if weight.dtype != x.dtype:
-        weight = weight.to(x.dtype)
+    weight = _cast_like(weight, x)
     if dim == -1:
         return torch.matmul(x, weight)
     if dim == -2:
@@ -178,7 +184,7 @@ def _matmul_axis(x: torch.Tensor, weight: torch.Tensor, dim: int) -> torch.Tenso
 
 def _kronecker(x: torch.Tensor, weight: torch.Tensor, step: KroneckerStep) -> torch.Tensor:
     flat = torch.flatten(x, start_dim=x.dim() - len(step.axes))
-    y = torch.matmul(flat, weight if weight.dtype == x.dtype else weight.to(x.dtype))
+    y = torch.matmul(flat, _cast_like(weight, x))
     return torch.unflatten(y, y.dim() - 1, step.out_sizes)
 
 

@@ -56,7 +56,7 @@ def export(model: nn.Module, example_input: Any, f: str | os.PathLike[str], *, v
     converted = convert(model, example_input, strict=strict, dynamic=dynamic)
     path = os.fspath(f)
     with exporter_translations():
-        torch.onnx.export(converted, args, path, **kwargs)
+        torch.onnx.export(_exportable(converted, kwargs), args, path, **kwargs)
     histogram = op_histogram(path)
     if not verify:
         return ExportResult(path, report_of(converted), histogram, None, None)
@@ -153,7 +153,20 @@ def _refuse_dynamic_spatial_axes(args: tuple[Any, ...], kwargs: dict[str, Any]) 
                 raise ValueError(message.format(what="dynamic_shapes", axis=axis, name=index))
 
 
-_ORIGINAL_EXPORT = torch.onnx.export
+class _Exported(nn.Module):
+    """A plain wrapper: the TorchScript exporter takes a GraphModule's ``.graph`` for a ScriptModule's."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.model(*args, **kwargs)
+
+
+def _exportable(model: Any, kwargs: dict[str, Any]) -> Any:
+    torchscript = kwargs.get("dynamo", True) is False
+    return _Exported(model) if torchscript and isinstance(model, torch.fx.GraphModule) else model
 
 
 @contextmanager
@@ -168,7 +181,7 @@ def onnx_export_hook(*, strict: bool = False, dynamic: bool = False) -> Iterator
         if isinstance(model, nn.Module) and not hasattr(model, REPORT_ATTRIBUTE):
             model = convert(model, args, strict=strict, dynamic=dynamic)
         with exporter_translations():
-            return previous(model, args, f, *rest, **kwargs)
+            return previous(_exportable(model, kwargs), args, f, *rest, **kwargs)
 
     torch.onnx.export = export_converted
     try:

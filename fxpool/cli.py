@@ -1,0 +1,133 @@
+"""The ``fxpool`` command line: ``export``, ``inspect`` and ``zoo``.
+
+MODEL is ``torchvision:NAME`` (built with ``weights=None``), ``package.module:callable`` or
+``path/to/file.py:callable``; the callable returns an ``nn.Module``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from torch import nn
+
+
+class ModelSpecError(ValueError):
+    """A MODEL argument that names no model."""
+
+
+def load_model(spec: str) -> nn.Module:
+    """Build the model a MODEL spec names, in eval mode."""
+    source, sep, name = spec.rpartition(":")
+    if not sep or not source or not name:
+        raise ModelSpecError(f"model spec {spec!r}: expected torchvision:NAME, module:callable or file.py:callable")
+    if source == "torchvision":
+        import torchvision
+
+        if name not in torchvision.models.list_models():
+            raise ModelSpecError(f"torchvision has no model {name!r}; see torchvision.models.list_models()")
+        kwargs = {"weights": None}
+        if "weights_backbone" in torchvision.models.get_model_builder(name).__code__.co_varnames:
+            kwargs["weights_backbone"] = None
+        return torchvision.models.get_model(name, **kwargs).eval()
+    if source.endswith(".py"):
+        path = Path(source)
+        if not path.is_file():
+            raise ModelSpecError(f"model spec {spec!r}: no file {source}")
+        module_spec = importlib.util.spec_from_file_location(path.stem, path)
+        assert module_spec is not None and module_spec.loader is not None
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(source)
+        except ImportError as error:
+            raise ModelSpecError(f"model spec {spec!r}: cannot import {source}: {error}") from error
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise ModelSpecError(f"model spec {spec!r}: {source} has no callable {name!r}")
+    model = factory()
+    if not isinstance(model, nn.Module):
+        raise ModelSpecError(f"model spec {spec!r}: {name}() returned {type(model).__name__}, not an nn.Module")
+    return model.eval()
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--input-shape wants comma-separated integers like 1,3,224,224, got {text!r}")
+    if not shape or any(s < 0 for s in shape):
+        raise argparse.ArgumentTypeError(f"--input-shape wants non-negative sizes, got {text!r}")
+    return shape
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fxpool", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    inspect = commands.add_parser("inspect", help="print the conversion report without exporting")
+    export = commands.add_parser("export", help="convert and export to ONNX, verified with onnxruntime")
+    for sub in (inspect, export):
+        sub.add_argument("model", help="torchvision:NAME, module:callable or file.py:callable")
+        sub.add_argument("--input-shape", type=parse_shape, required=True, help="e.g. 1,3,320,320")
+        sub.add_argument("--dynamic-hw", action="store_true", help="one graph exact at every spatial size")
+        sub.add_argument("--strict", action="store_true", help="fail if any pool would be left to PyTorch")
+        sub.add_argument("--json", action="store_true", help="print the report as JSON")
+    export.add_argument("-o", "--output", required=True, help="the .onnx file to write")
+    export.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo")
+    export.add_argument("--opset", type=int, default=None, help="ONNX opset version")
+    export.add_argument("--dynamic-batch", action="store_true", help="make axis 0 of the input dynamic")
+    export.add_argument("--no-verify", action="store_true", help="skip onnx.checker and onnxruntime")
+
+    zoo = commands.add_parser("zoo", help="run the torchvision model-zoo sweep (model_zoo_checks)",
+                              add_help=False)
+    zoo.add_argument("rest", nargs=argparse.REMAINDER)
+
+    args = parser.parse_args(argv)
+    if args.command == "zoo":
+        from model_zoo_checks import zoo as zoo_module
+
+        return zoo_module.main(args.rest)
+    try:
+        model = load_model(args.model)
+    except ModelSpecError as error:
+        parser.error(str(error))
+    example = torch.randn(args.input_shape)
+    import fxpool
+
+    if args.command == "inspect":
+        report = fxpool.plan(model, example, dynamic=args.dynamic_hw)
+        print(json.dumps(report.to_dict(), indent=2) if args.json else report)
+        if args.strict and report.unconverted:
+            return 1
+        return 0
+
+    options: dict[str, object] = {"dynamo": args.exporter == "dynamo", "input_names": ["input"],
+                                  "output_names": ["output"]}
+    if args.opset is not None:
+        options["opset_version"] = args.opset
+    if args.dynamic_batch or args.dynamic_hw:
+        axes = ([0] if args.dynamic_batch else []) + (list(range(2, len(args.input_shape))) if args.dynamic_hw else [])
+        if args.exporter == "dynamo":
+            options["dynamic_shapes"] = ({a: torch.export.Dim.AUTO for a in axes},)
+        else:
+            options["dynamic_axes"] = {"input": {a: f"d{a}" for a in axes}}
+    result = fxpool.export(model, example, args.output, verify=not args.no_verify, dynamic=args.dynamic_hw,
+                           strict=args.strict, **options)
+    summary = {"path": result.path, "ops": result.op_histogram, "max_abs_error": result.max_abs_error,
+               "report": result.report.to_dict() if args.json else result.report.summary()}
+    print(json.dumps(summary, indent=2) if args.json else (
+        f"{result.report}\nwrote {result.path}\nops: {result.op_histogram}\n"
+        f"onnxruntime max abs error: {result.max_abs_error}"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""ONNX round trips: export -> onnx.checker -> onnxruntime -> assert_close against PyTorch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import onnx
+import pytest
+import torch
+import torch.nn.functional as F
+import torchvision
+from torch import nn
+
+import fxpool
+from fxpool.exporting import op_histogram, run_onnxruntime
+
+FORBIDDEN = {"Gather", "GatherND", "GatherElements", "Where", "Loop", "If", "ScatterND"}
+CASES = {  # name: (input spatial, output, the op that must carry the pool)
+    "6->3": ((6, 6), (3, 3), "AveragePool"),
+    "7->3": ((7, 7), (3, 3), "AveragePool"),
+    "4x5->16x20": ((4, 5), (16, 20), "Resize"),
+    "10->7": ((10, 10), (7, 7), "MatMul"),
+    "13x17->5x7": ((13, 17), (5, 7), "MatMul"),
+    "4x5->6": ((4, 5), (6, 6), "MatMul"),
+    "9->1": ((9, 9), (1, 1), "ReduceMean"),
+}
+EXPORTERS = [pytest.param(False, 13, id="torchscript-13"), pytest.param(False, 17, id="torchscript-17"),
+             pytest.param(False, 20, id="torchscript-20"), pytest.param(True, 18, id="dynamo-18"),
+             pytest.param(True, 23, id="dynamo-23")]
+
+
+def pooled(output: tuple, family: str = "avg") -> nn.Module:
+    pool = nn.AdaptiveAvgPool2d(output) if family == "avg" else nn.AdaptiveMaxPool2d(output)
+    return nn.Sequential(nn.Conv2d(3, 4, 1), pool).eval()
+
+
+@pytest.mark.parametrize("dynamo,opset", EXPORTERS)
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_replacement_kind_exports_portable_ops(case: str, dynamo: bool, opset: int, tmp_path) -> None:
+    in_sizes, out_sizes, op = CASES[case]
+    model = pooled(out_sizes)
+    x = torch.randn(2, 3, *in_sizes)
+    result = fxpool.export(model, x, tmp_path / "m.onnx", dynamo=dynamo, opset_version=opset)
+    assert op in result.op_histogram
+    assert not FORBIDDEN & set(result.op_histogram), result.op_histogram
+    assert result.max_abs_error is not None and result.max_abs_error < 1e-5
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+@pytest.mark.parametrize("case", ["10->7", "13x17->5x7", "4x5->6", "7->3", "4x5->16x20", "9->1"])
+def test_max_family_exports_with_constant_gathers_at_most(case: str, dynamo: bool, tmp_path) -> None:
+    in_sizes, out_sizes, _ = CASES[case]
+    model = nn.Sequential(nn.AdaptiveMaxPool2d(out_sizes))  # no conv: nothing but the pool may round
+    x = torch.randn(2, 3, *in_sizes)
+    result = fxpool.export(model, x, tmp_path / "m.onnx", dynamo=dynamo)
+    histogram = result.op_histogram
+    assert not (FORBIDDEN - {"Gather"}) & set(histogram), histogram
+    assert result.max_abs_error == 0.0  # max has no rounding
+
+
+def test_stock_exporter_fails_where_fxpool_succeeds(tmp_path) -> None:
+    model = torchvision.models.alexnet(weights=None).eval()
+    for size in (160, 320):
+        x = torch.randn(1, 3, size, size)
+        with pytest.raises(Exception, match="adaptive_avg_pool2d"):
+            torch.onnx.export(model, (x,), str(tmp_path / "stock.onnx"), dynamo=False)
+        result = fxpool.export(model, x, tmp_path / f"alexnet{size}.onnx", dynamo=False)
+        assert result.max_abs_error < 1e-4 and "MatMul" in result.op_histogram
+
+
+def test_vgg_at_320_round_trip(tmp_path) -> None:
+    model = torchvision.models.vgg11(weights=None).eval()
+    x = torch.randn(1, 3, 320, 320)
+    with pytest.raises(Exception, match="adaptive_avg_pool2d"):
+        torch.onnx.export(model, (x,), str(tmp_path / "stock.onnx"), dynamo=False)
+    result = fxpool.export(model, x, tmp_path / "vgg.onnx", dynamo=False)
+    assert result.max_abs_error < 1e-4
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_dynamic_batch_runs_at_another_batch_size(dynamo: bool, tmp_path) -> None:
+    model = pooled((7, 7))
+    path = tmp_path / "m.onnx"
+    options = ({"dynamic_shapes": ({0: torch.export.Dim("batch", min=1, max=64)},)} if dynamo
+               else {"dynamic_axes": {"x": {0: "batch"}}, "input_names": ["x"]})
+    fxpool.export(model, torch.randn(2, 3, 10, 10), path, dynamo=dynamo, **options)
+    x = torch.randn(5, 3, 10, 10)
+    (out,) = run_onnxruntime(str(path), (x,))
+    torch.testing.assert_close(torch.from_numpy(out), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_shape_specialised_graph_rejects_other_sizes_and_dynamic_spatial_axes(tmp_path) -> None:
+    model = pooled((7, 7))
+    path = tmp_path / "m.onnx"
+    fxpool.export(model, torch.randn(1, 3, 10, 10), path, dynamo=False)
+    with pytest.raises(Exception, match="(?i)dimension|shape"):
+        run_onnxruntime(str(path), (torch.randn(1, 3, 12, 12),))
+    with pytest.raises(ValueError, match="spatial axis 2.*dynamic=True"):
+        fxpool.export(model, torch.randn(1, 3, 10, 10), path, dynamo=False,
+                      dynamic_axes={"x": {0: "b", 2: "h"}}, input_names=["x"])
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_dynamic_size_mode_is_exact_at_every_size(dynamo: bool, tmp_path) -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.AdaptiveAvgPool2d((7, 5))).eval()
+    path = tmp_path / "dyn.onnx"
+    if dynamo:
+        options = {"dynamic_shapes": ({2: torch.export.Dim("h", min=2, max=512), 3: torch.export.Dim("w", min=2, max=512)},)}
+    else:
+        options = {"dynamic_axes": {"x": {2: "h", 3: "w"}}, "input_names": ["x"]}
+    result = fxpool.export(model, torch.randn(1, 3, 10, 10), path, dynamo=dynamo, dynamic=True, **options)
+    assert not {"GatherND", "Where", "Loop", "If", "ScatterND"} & set(result.op_histogram)
+    for h, w in [(4, 3), (10, 10), (13, 17), (31, 64), (7, 5), (100, 9)]:
+        x = torch.randn(1, 3, h, w)
+        (out,) = run_onnxruntime(str(path), (x,))
+        torch.testing.assert_close(torch.from_numpy(out), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_hook_exports_the_converted_model_and_restores_the_exporter(tmp_path) -> None:
+    model = torchvision.models.alexnet(weights=None).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    original = torch.onnx.export
+    x = torch.randn(1, 3, 160, 160)
+    with fxpool.onnx_export_hook():
+        with fxpool.onnx_export_hook():  # nesting is safe
+            torch.onnx.export(model, (x,), str(tmp_path / "hooked.onnx"), dynamo=False)
+        assert torch.onnx.export is not original
+    assert torch.onnx.export is original
+    with pytest.raises(RuntimeError, match="inside"):
+        with fxpool.onnx_export_hook():
+            raise RuntimeError("inside")
+    assert torch.onnx.export is original
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    (out,) = run_onnxruntime(str(tmp_path / "hooked.onnx"), (x,))
+    torch.testing.assert_close(torch.from_numpy(out), model(x), rtol=1e-4, atol=1e-5)
+
+
+class ExportTimePool(nn.Module):
+    """Pools only under export, where neither torch.fx nor the recording pass sees it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.onnx.is_in_onnx_export():
+            return F.interpolate(x, size=(7, 7), mode="area")
+        return F.adaptive_avg_pool2d(x, 7)
+
+
+def test_exporter_level_translation_handles_export_only_pools(tmp_path) -> None:
+    model = ExportTimePool()
+    x = torch.randn(1, 3, 10, 10)
+    with pytest.raises(Exception, match="adaptive_avg_pool2d"):
+        torch.onnx.export(model, (x,), str(tmp_path / "stock.onnx"), dynamo=False)
+    result = fxpool.export(model, x, tmp_path / "m.onnx", dynamo=False)
+    assert "MatMul" in result.op_histogram and not FORBIDDEN & set(result.op_histogram)
+    assert result.max_abs_error < 1e-5
+
+
+def test_failed_verification_raises_and_moves_the_file(tmp_path, monkeypatch) -> None:
+    import fxpool.exporting as export_module
+
+    monkeypatch.setattr(export_module, "run_onnxruntime", lambda path, args: [torch.zeros(1, 4, 7, 7).numpy()])
+    with pytest.raises(fxpool.ExportVerificationError, match="differs from PyTorch by up to"):
+        fxpool.export(pooled((7, 7)), torch.randn(1, 3, 10, 10), tmp_path / "m.onnx", dynamo=False)
+    assert (tmp_path / "m.onnx.failed").exists() and not (tmp_path / "m.onnx").exists()
+
+
+def test_cli_export_and_inspect(tmp_path) -> None:
+    out = tmp_path / "cli.onnx"
+    run = subprocess.run([sys.executable, "-m", "fxpool.cli", "export", "torchvision:squeezenet1_1",
+                          "--input-shape", "1,3,96,96", "-o", str(out), "--exporter", "torchscript",
+                          "--dynamic-batch"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert out.exists() and "onnxruntime max abs error" in run.stdout
+    onnx.checker.check_model(str(out))
+    inspect = subprocess.run([sys.executable, "-m", "fxpool.cli", "inspect", "torchvision:alexnet",
+                              "--input-shape", "1,3,160,160"], capture_output=True, text=True, timeout=300)
+    assert inspect.returncode == 0 and "kron-matmul" in inspect.stdout
+    bad = subprocess.run([sys.executable, "-m", "fxpool.cli", "inspect", "torchvision:nope",
+                          "--input-shape", "1,3,8,8"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "no model 'nope'" in bad.stderr
+    assert op_histogram(str(out))["ReduceMean"] == 1
