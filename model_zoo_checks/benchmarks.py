@@ -115,9 +115,13 @@ def onnx_case(shape: tuple[int, ...], output: tuple[int, ...], repeats: int, wor
     native = native_pool(output)
     ours_path, theirs_path = f"{workdir}/ours.onnx", f"{workdir}/theirs.onnx"
     fxpool.export(native, x, ours_path, dynamo=True, verify=True)
-    torch.onnx.export(native, (x,), theirs_path, dynamo=True)
-    sessions = {name: onnxruntime.InferenceSession(p, providers=["CPUExecutionProvider"])
-                for name, p in (("fxpool", ours_path), ("dynamo_original", theirs_path))}
+    paths = [("fxpool", ours_path)]
+    try:
+        torch.onnx.export(native, (x,), theirs_path, dynamo=True)
+        paths.append(("dynamo_original", theirs_path))
+    except Exception:  # the dynamo exporter cannot translate some originals (3d): ours runs alone
+        pass
+    sessions = {name: onnxruntime.InferenceSession(p, providers=["CPUExecutionProvider"]) for name, p in paths}
     feeds = {name: {s.get_inputs()[0].name: x.numpy()} for name, s in sessions.items()}
     return {f"ort_{name}": t for name, t in side_by_side(
         {name: (lambda s=s, f=feeds[name]: s.run(None, f)) for name, s in sessions.items()}, repeats).items()}
