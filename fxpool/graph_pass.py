@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from torch import fx, nn
 
 from .calls import PoolCall, describe_function, describe_module
-from .replacements import ExactAdaptivePool
 
 NODE_POOL_CALL = "fxpool_pool_call"  # node.meta key: the PoolCall of a pool node
 
@@ -23,7 +22,7 @@ class PoolLeafTracer(fx.Tracer):
     """An fx tracer that keeps adaptive pools (and fxpool's replacements) as single nodes."""
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        if describe_module(m) is not None or isinstance(m, ExactAdaptivePool) or _is_fxpool_module(m):
+        if describe_module(m) is not None or _is_fxpool_module(m):
             return True
         return super().is_leaf_module(m, module_qualified_name)
 

@@ -41,9 +41,7 @@ def _emit(g: Any, x: Any, output_size: Any, dims: int) -> Any:
     if any(pooled) and all(a.kind in ("pool", "identity", "reduce") for a in plan.axes) and len(sizes) == dims + 2:
         return g.op("AveragePool", x, kernel_shape_i=[a.kernel for a in plan.axes],
                     strides_i=[a.stride for a in plan.axes])
-    dtype = symbolic_helper._type_promote_from_values(x) if hasattr(symbolic_helper, "_type_promote_from_values") \
-        else None
-    torch_dtype = _torch_dtype(x) if dtype is None else torch.float32
+    torch_dtype = _torch_dtype(x)
     for axis, (i, o) in enumerate(zip(in_sizes, out_sizes)):
         if i == o:
             continue
