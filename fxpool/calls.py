@@ -151,9 +151,7 @@ def describe_function(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) ->
     if not is_pool_function(func):
         return None
     form = FUNCTION_FORMS[func]
-    values = _bind(func, form, args, kwargs)
-    if values is None:
-        return None
+    values = _bind(form, args, kwargs)
     if form.spatial_dims is None:
         if values.get("mode") != "area":
             return None
@@ -177,7 +175,7 @@ _INTERPOLATE_PARAMS = ("input", "size", "scale_factor", "mode", "align_corners",
                        "antialias")
 
 
-def _bind(func: Any, form: _FunctionForm, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+def _bind(form: _FunctionForm, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     names = _INTERPOLATE_PARAMS if form.spatial_dims is None else _POOL_PARAMS
     values = dict(zip(names, args))
     values.update(kwargs)

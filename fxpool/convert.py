@@ -108,7 +108,7 @@ class _Conversion:
 
     def _graph(self, module: nn.Module, gm: fx.GraphModule, name: str, events: list[PoolEvent]) -> nn.Module:
         nodes = pool_nodes(gm)
-        runs = _runs_of(name, events, self.recording)
+        runs = _runs_of(name, events)
         mismatch = _mismatch(nodes, runs)
         if mismatch:
             return self._descend(module, name, mismatch, events)
@@ -230,7 +230,7 @@ def _record(event: PoolEvent, location: str, replacement: str | None, reason: st
     )
 
 
-def _runs_of(name: str, events: list[PoolEvent], recording: Recording) -> list[list[PoolEvent]]:
+def _runs_of(name: str, events: list[PoolEvent]) -> list[list[PoolEvent]]:
     """The events of each call of module ``name``, in order: one list per call."""
     runs: dict[int, list[PoolEvent]] = {}
     for event in events:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .replacements import matmul_along
+
 
 def runtime_averaging_matrix(length: torch.Tensor | int, out_size: int, dtype: torch.dtype,
                              device: torch.device) -> torch.Tensor:
@@ -44,10 +46,5 @@ class DynamicAdaptiveAvgPool(nn.Module):
                 continue
             dim = axis - dims
             weight = runtime_averaging_matrix(x.shape[dim], out_size, x.dtype, x.device)
-            if dim == -1:
-                x = torch.matmul(x, weight.transpose(0, 1))
-            elif dim == -2:
-                x = torch.matmul(weight, x)
-            else:
-                x = torch.matmul(x.transpose(dim, -1), weight.transpose(0, 1)).transpose(dim, -1)
+            x = matmul_along(x, weight if dim == -2 else weight.transpose(0, 1), dim)
         return x.to(dtype)

@@ -145,7 +145,7 @@ class ExactAdaptivePool(nn.Module):
             elif isinstance(step, ReduceStep):
                 x = _reduce(x, step, dims)
             elif isinstance(step, MatmulStep):
-                x = _matmul_axis(x, getattr(self, f"weight_{index}"), step.axis - dims)
+                x = matmul_along(x, getattr(self, f"weight_{index}"), step.axis - dims)
             elif isinstance(step, KroneckerStep):
                 x = _kronecker(x, getattr(self, f"weight_{index}"), step)
             elif isinstance(step, TwoWindowMaxStep):
@@ -172,7 +172,7 @@ def _cast_like(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return weight
 
 
-def _matmul_axis(x: torch.Tensor, weight: torch.Tensor, dim: int) -> torch.Tensor:
+def matmul_along(x: torch.Tensor, weight: torch.Tensor, dim: int) -> torch.Tensor:
     """Average along ``dim`` (negative) by its matrix: (out x in) for dim -2, (in x out) otherwise."""
     weight = _cast_like(weight, x)
     if dim == -1:
