@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import inspect
 import json
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import nn
@@ -20,6 +21,16 @@ from torch import nn
 
 class ModelSpecError(ValueError):
     """A MODEL argument that names no model."""
+
+
+def build_torchvision(name: str, **kwargs: Any) -> nn.Module:
+    """A torchvision model in eval mode, with no pretrained weights (nothing is downloaded)."""
+    import torchvision
+
+    kwargs["weights"] = None
+    if "weights_backbone" in inspect.signature(torchvision.models.get_model_builder(name)).parameters:
+        kwargs["weights_backbone"] = None
+    return torchvision.models.get_model(name, **kwargs).eval()
 
 
 def load_model(spec: str) -> nn.Module:
@@ -32,10 +43,7 @@ def load_model(spec: str) -> nn.Module:
 
         if name not in torchvision.models.list_models():
             raise ModelSpecError(f"torchvision has no model {name!r}; see torchvision.models.list_models()")
-        kwargs = {"weights": None}
-        if "weights_backbone" in torchvision.models.get_model_builder(name).__code__.co_varnames:
-            kwargs["weights_backbone"] = None
-        return torchvision.models.get_model(name, **kwargs).eval()
+        return build_torchvision(name)
     if source.endswith(".py"):
         path = Path(source)
         if not path.is_file():
@@ -72,9 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fxpool", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
-    inspect = commands.add_parser("inspect", help="print the conversion report without exporting")
+    inspect_command = commands.add_parser("inspect", help="print the conversion report without exporting")
     export = commands.add_parser("export", help="convert and export to ONNX, verified with onnxruntime")
-    for sub in (inspect, export):
+    for sub in (inspect_command, export):
         sub.add_argument("model", help="torchvision:NAME, module:callable or file.py:callable")
         sub.add_argument("--input-shape", type=parse_shape, required=True, help="e.g. 1,3,320,320")
         sub.add_argument("--dynamic-hw", action="store_true", help="one graph exact at every spatial size")

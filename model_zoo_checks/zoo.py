@@ -28,6 +28,7 @@ import torchvision
 
 import fxpool
 from fxpool.calls import describe_module
+from fxpool.cli import build_torchvision
 from fxpool.exporting import op_histogram, run_onnxruntime
 
 DEFAULT_MODELS = ("alexnet", "vgg11", "resnet18", "densenet121", "mobilenet_v2", "googlenet", "squeezenet1_1",
@@ -88,10 +89,7 @@ def has_adaptive_pool(name: str) -> bool:
 
 
 def build(name: str) -> torch.nn.Module:
-    kwargs: dict[str, Any] = {"weights": None, **OVERRIDES.get(name, {})}
-    if "weights_backbone" in inspect.signature(torchvision.models.get_model_builder(name)).parameters:
-        kwargs["weights_backbone"] = None
-    return torchvision.models.get_model(name, **kwargs).eval()
+    return build_torchvision(name, **OVERRIDES.get(name, {}))
 
 
 def shape_for(name: str, size: int) -> tuple[int, ...]:
