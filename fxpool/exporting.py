@@ -52,11 +52,10 @@ def export(model: nn.Module, example_input: Any, f: str | os.PathLike[str], *, v
     """
     args = normalize_example(example_input)
     if not dynamic:
-        _refuse_dynamic_spatial_axes(args, kwargs)
+        _refuse_dynamic_spatial_axes(kwargs)
     converted = convert(model, example_input, strict=strict, dynamic=dynamic)
     path = os.fspath(f)
-    with exporter_translations():
-        torch.onnx.export(_exportable(converted, kwargs), args, path, **kwargs)
+    _export_with_translations(torch.onnx.export, converted, args, path, **kwargs)
     histogram = op_histogram(path)
     if not verify:
         return ExportResult(path, report_of(converted), histogram, None, None)
@@ -134,7 +133,7 @@ def _failed(path: str, why: str) -> str:
     return why
 
 
-def _refuse_dynamic_spatial_axes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _refuse_dynamic_spatial_axes(kwargs: dict[str, Any]) -> None:
     message = ("{what} makes spatial axis {axis} of input {name!r} dynamic, but the converted graph is "
                "specialised to the example's size and would compute wrong results at others; pass "
                "dynamic=True to fxpool.export for a graph exact at every size, or keep spatial axes static")
@@ -164,9 +163,12 @@ class _Exported(nn.Module):
         return self.model(*args, **kwargs)
 
 
-def _exportable(model: Any, kwargs: dict[str, Any]) -> Any:
-    torchscript = kwargs.get("dynamo", True) is False
-    return _Exported(model) if torchscript and isinstance(model, torch.fx.GraphModule) else model
+def _export_with_translations(export_fn: Any, model: Any, args: Any, f: Any, *rest: Any, **kwargs: Any) -> Any:
+    """``export_fn(model, args, f, ...)`` with fxpool's exporter translations registered."""
+    if kwargs.get("dynamo", True) is False and isinstance(model, torch.fx.GraphModule):
+        model = _Exported(model)
+    with exporter_translations():
+        return export_fn(model, args, f, *rest, **kwargs)
 
 
 @contextmanager
@@ -180,8 +182,7 @@ def onnx_export_hook(*, strict: bool = False, dynamic: bool = False) -> Iterator
     def export_converted(model: Any, args: Any = (), f: Any = None, *rest: Any, **kwargs: Any) -> Any:
         if isinstance(model, nn.Module) and not hasattr(model, REPORT_ATTRIBUTE):
             model = convert(model, args, strict=strict, dynamic=dynamic)
-        with exporter_translations():
-            return previous(_exportable(model, kwargs), args, f, *rest, **kwargs)
+        return _export_with_translations(previous, model, args, f, *rest, **kwargs)
 
     torch.onnx.export = export_converted
     try:

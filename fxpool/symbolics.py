@@ -76,15 +76,27 @@ def _symbolic(dims: int):
     return symbolic
 
 
+_active = 0  # nesting depth: fxpool.export inside onnx_export_hook enters twice
+
+
 @contextmanager
 def exporter_translations() -> Iterator[None]:
-    """Register fxpool's TorchScript-exporter symbolics for adaptive average pooling, then remove them."""
+    """Register fxpool's TorchScript-exporter symbolics for adaptive average pooling, then remove them.
+
+    Re-entrant: only the outermost block registers and unregisters.
+    """
+    global _active
     registered = []
     try:
-        for dims, name in _OPS.items():
-            torch.onnx.register_custom_op_symbolic(name, _symbolic(dims), _OPSET)
-            registered.append(name)
-        yield
+        if _active == 0:
+            for dims, name in _OPS.items():
+                torch.onnx.register_custom_op_symbolic(name, _symbolic(dims), _OPSET)
+                registered.append(name)
+        _active += 1
+        try:
+            yield
+        finally:
+            _active -= 1
     finally:
         for name in registered:
             torch.onnx.unregister_custom_op_symbolic(name, _OPSET)

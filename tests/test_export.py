@@ -127,6 +127,9 @@ def test_hook_exports_the_converted_model_and_restores_the_exporter(tmp_path) ->
             torch.onnx.export(model, (x,), str(tmp_path / "hooked.onnx"), dynamo=False)
         assert torch.onnx.export is not original
     assert torch.onnx.export is original
+    with fxpool.onnx_export_hook():  # fxpool.export inside the hook enters the translations twice
+        fxpool.export(model, x, tmp_path / "both.onnx", dynamo=False)
+        fxpool.export(ExportTimePool(), torch.randn(1, 3, 10, 10), tmp_path / "again.onnx", dynamo=False)
     with pytest.raises(RuntimeError, match="inside"):
         with fxpool.onnx_export_hook():
             raise RuntimeError("inside")
