@@ -1,0 +1,156 @@
+"""Which models the zoo sweep runs, how each is built, and at which input shapes.
+
+Discovery is by inspection: a model is swept when one of its modules is an adaptive pool or the
+source of one of its module classes calls one. The registry's ``quantized_*`` entries are swept as
+their float variants (``quantize=False``). A few variants built from torchvision parts cover what
+the registry lacks: adaptive max pooling and a PSPNet-style pyramid.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable
+
+import torch
+import torchvision
+from torch import nn
+
+from fxpool.calls import describe_module
+from fxpool.cli import build_torchvision
+
+POOL_SOURCE_MARKERS = ("adaptive_avg_pool", "adaptive_max_pool", 'mode="area"', "mode='area'")
+
+# Per-model builder arguments (one table).
+OVERRIDES: dict[str, dict[str, Any]] = {
+    "googlenet": {"aux_logits": False, "init_weights": False},
+    "inception_v3": {"aux_logits": False, "init_weights": False},
+    "quantized_googlenet": {"aux_logits": False, "init_weights": False, "quantize": False},
+    "quantized_inception_v3": {"aux_logits": False, "init_weights": False, "quantize": False},
+}
+# Fixed input shapes for video models and for models too slow to sweep at several sizes (one table).
+INPUT_SHAPES: dict[str, tuple[int, ...]] = {
+    "r3d_18": (1, 3, 4, 112, 112), "mc3_18": (1, 3, 4, 112, 112), "r2plus1d_18": (1, 3, 4, 112, 112),
+    "swin3d_t": (1, 3, 4, 112, 112), "swin3d_s": (1, 3, 4, 112, 112), "swin3d_b": (1, 3, 4, 112, 112),
+    "regnet_y_128gf": (1, 3, 160, 160),  # 645M parameters, 375 GFLOPs at its own 384
+}
+# Known limitations, each with its reason: reported as skips, never dropped.
+KNOWN_LIMITATIONS: dict[str, str] = {}
+
+
+class PyramidPoolingNet(nn.Module):
+    """PSPNet-style segmentation head on a resnet18 trunk: pooled at 1, 2, 3 and 6, upsampled, fused."""
+
+    def __init__(self, classes: int = 21, bins: tuple[int, ...] = (1, 2, 3, 6)) -> None:
+        super().__init__()
+        trunk = torchvision.models.resnet18(weights=None)
+        self.trunk = nn.Sequential(*list(trunk.children())[:-2])
+        self.stages = nn.ModuleList(
+            nn.Sequential(nn.AdaptiveAvgPool2d(b), nn.Conv2d(512, 128, 1, bias=False), nn.BatchNorm2d(128), nn.ReLU())
+            for b in bins)
+        self.classifier = nn.Conv2d(512 + 128 * len(bins), classes, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        features = self.trunk(x)
+        size = features.shape[-2:]
+        pyramid = [features] + [nn.functional.interpolate(stage(features), size=size, mode="bilinear",
+                                                          align_corners=False) for stage in self.stages]
+        logits = self.classifier(torch.cat(pyramid, dim=1))
+        return nn.functional.interpolate(logits, size=x.shape[-2:], mode="bilinear", align_corners=False)
+
+
+class ConcatPoolHead(nn.Module):
+    """The concat-pooling head (average and max side by side) that fine-tuning libraries put on a trunk."""
+
+    def __init__(self, channels: int, classes: int, output_size: int) -> None:
+        super().__init__()
+        self.average = nn.AdaptiveAvgPool2d(output_size)
+        self.maximum = nn.AdaptiveMaxPool2d(output_size)
+        self.fc = nn.Linear(2 * channels * output_size * output_size, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.cat([self.average(x), self.maximum(x)], dim=1).flatten(1))
+
+
+def _resnet18_concat_pool() -> nn.Module:
+    model = torchvision.models.resnet18(weights=None)
+    return nn.Sequential(*list(model.children())[:-2], ConcatPoolHead(512, 1000, 1))
+
+
+def _vgg11_max_pool() -> nn.Module:
+    model = torchvision.models.vgg11(weights=None)
+    model.avgpool = nn.AdaptiveMaxPool2d(7)
+    return model
+
+
+# Models built from torchvision parts (randomly initialised, like the registry's).
+VARIANTS: dict[str, Callable[[], nn.Module]] = {
+    "pspnet_resnet18": PyramidPoolingNet,
+    "resnet18_concat_pool": _resnet18_concat_pool,
+    "vgg11_max_pool": _vgg11_max_pool,
+}
+
+
+def build(name: str) -> nn.Module:
+    """The model a sweep name stands for, in eval mode, without pretrained weights."""
+    if name in VARIANTS:
+        return VARIANTS[name]().eval()
+    options = dict(OVERRIDES.get(name, {}))
+    if name.startswith("quantized_"):
+        options.setdefault("quantize", False)
+    return build_torchvision(name, **options)
+
+
+def has_adaptive_pool(name: str) -> bool:
+    """Whether the model holds an adaptive pool, as a module or called from a module's source."""
+    try:
+        with torch.device("meta"):  # nothing is allocated
+            model = build(name)
+    except NotImplementedError:  # a few builders read tensor values while initialising
+        model = build(name)
+    return any(describe_module(m) is not None or _calls_a_pool(type(m)) for m in model.modules())
+
+
+@functools.lru_cache(maxsize=None)
+def _calls_a_pool(cls: type) -> bool:
+    for klass in cls.__mro__:
+        if klass.__module__.startswith("torch.nn") or klass is object:
+            continue
+        try:
+            source = inspect.getsource(klass)
+        except (OSError, TypeError):
+            continue
+        if any(marker in source for marker in POOL_SOURCE_MARKERS):
+            return True
+    return False
+
+
+def swept_names() -> list[str]:
+    """Every registry model with an adaptive pool (quantized ones as float variants), then the variants."""
+    return [n for n in torchvision.models.list_models() if has_adaptive_pool(n)] + list(VARIANTS)
+
+
+def native_size(name: str) -> int | None:
+    """The input size the model's published weights were evaluated at, when the registry says."""
+    if name in VARIANTS:
+        return None
+    try:
+        weights = list(torchvision.models.get_model_weights(name))
+    except (KeyError, ValueError):
+        return None
+    keywords = getattr(weights[0].transforms, "keywords", {}) if weights else {}
+    size = keywords.get("crop_size", keywords.get("resize_size"))
+    if isinstance(size, (tuple, list)):
+        size = size[0]
+    return int(size) if size else None
+
+
+def input_shapes(name: str, sizes: list[int], with_native: bool) -> list[tuple[int, ...]]:
+    """The (1, 3, S, S) shapes to sweep, or the model's one fixed shape."""
+    if name in INPUT_SHAPES:
+        return [INPUT_SHAPES[name]]
+    chosen = list(sizes)
+    native = native_size(name) if with_native else None
+    if native and native not in chosen:
+        chosen.append(native)
+    return [(1, 3, s, s) for s in chosen]
