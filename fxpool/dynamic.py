@@ -46,5 +46,5 @@ class DynamicAdaptiveAvgPool(nn.Module):
                 continue
             dim = axis - dims
             weight = runtime_averaging_matrix(x.shape[dim], out_size, x.dtype, x.device)
-            x = matmul_along(x, weight if dim == -2 else weight.transpose(0, 1), dim)
+            x = matmul_along(x, weight, dim)
         return x.to(dtype)

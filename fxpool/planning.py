@@ -15,13 +15,18 @@ kind            when                                         computed by
 ``pool``        all windows one length k, starts step s        AvgPool / MaxPool(kernel k, stride s)
 ``upsample``    output == r * input for an integer r >= 2       nearest upsampling
 ``matrix``      anything else (average family)                 averaging matrix, applied by matmul
-``two_window``  anything else (max family)                     max of two overlapping k-windows
+``gather``      anything else (max family)                     constant-index gather of each window, padded
+                                                             to the longest, then one MaxPool
 ==============  ===========================================  ======================================
 
 Steps run in this order: one pooling over all spatial axes (or one reduction), then the general
 axes (matmuls, most-shrinking axis first, or one Kronecker matmul where :func:`prefer_kronecker`
-says so; or two-window maxima), then one upsampling. Every kind is separable by axis, so the order
-only changes the cost.
+says so), then one upsampling. Every average kind is separable by axis, so the order only changes
+the cost. The max family is not separable for its gradient: PyTorch sends it to the first maximum
+of each window in row-major order, and per-axis maxima would pick it column by column. So general
+max axes are first gathered — each window's positions copied out in order, padded to the longest
+window by repeating its last position — and then a single MaxPool covers every axis at once
+(gathered axes: kernel = stride = that length), which scans each window row-major as PyTorch does.
 
 Nothing here knows of torch, torch.fx or ONNX.
 """
@@ -35,13 +40,15 @@ from typing import Callable, Literal, Union
 from .windows import uniform_stride, upsample_factor, window_lengths
 
 PoolFamily = Literal["avg", "max"]
-AxisKind = Literal["identity", "reduce", "pool", "upsample", "matrix", "two_window"]
+AxisKind = Literal["identity", "reduce", "pool", "upsample", "matrix", "gather"]
 
-# Kronecker rule, fitted to the eager CPU benchmark (model_zoo_checks/benchmarks.py, "kron" section):
-# one (H*W x Ho*Wo) matmul beats two separable matmuls while the Kronecker matrix stays small and
-# its extra multiply-adds are at most this factor of the separable ones.
-KRONECKER_MAX_ELEMENTS = 8192
-KRONECKER_MAX_COST_RATIO = 6.0
+# Kronecker rule, fitted to the eager CPU benchmark (``python -m model_zoo_checks.benchmarks --fit-kronecker``,
+# C=512, square inputs 5..64 to outputs 3..30): one (Ho*Wo x H*W) matmul beats the separable pair,
+# forward and backward, while its matrix stays cache-sized — up to ~20k entries when the pool
+# shrinks (20->7: 0.86x/0.98x of separable, 25->7: 0.91x/1.12x, 33->6: 1.09x/1.27x), but only up
+# to ~4k when it grows (5->13: 0.69x forward, 6->17: 1.22x).
+KRONECKER_MAX_ELEMENTS = 20480
+KRONECKER_MAX_ELEMENTS_GROWING = 4096
 
 
 def axis_names(spatial_dims: int) -> tuple[str, ...]:
@@ -99,13 +106,16 @@ class KroneckerStep:
 
 
 @dataclass(frozen=True)
-class TwoWindowMaxStep:
-    """Max over windows of lengths k or k+1 along one axis, as the max of two k-windows."""
+class WindowGatherStep:
+    """Copy out each window's positions along one axis, padded to ``span`` by repeating its last one.
+
+    A MaxPool with kernel and stride ``span`` on that axis then takes each window's maximum.
+    """
 
     axis: int
     in_size: int
     out_size: int
-    kernel: int
+    span: int
 
 
 @dataclass(frozen=True)
@@ -115,7 +125,7 @@ class UpsampleStep:
     sizes: tuple[int, ...]
 
 
-Step = Union[PoolStep, ReduceStep, MatmulStep, KroneckerStep, TwoWindowMaxStep, UpsampleStep]
+Step = Union[PoolStep, ReduceStep, MatmulStep, KroneckerStep, WindowGatherStep, UpsampleStep]
 
 
 @dataclass(frozen=True)
@@ -177,8 +187,8 @@ def _describe_step(step: Step, spatial_dims: int) -> str:
         ins = "x".join(map(str, step.in_sizes))
         outs = "x".join(map(str, step.out_sizes))
         return f"kron-matmul {''.join(names[a] for a in step.axes)} {ins}->{outs}"
-    if isinstance(step, TwoWindowMaxStep):
-        return f"two-window max {names[step.axis]} {step.in_size}->{step.out_size} (k={step.kernel})"
+    if isinstance(step, WindowGatherStep):
+        return f"gather {names[step.axis]} {step.in_size}->{step.out_size}x{step.span}"
     return f"nearest upsample to {_fmt(step.sizes)}"
 
 
@@ -229,8 +239,8 @@ def _general_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool
     shape = f"windows of lengths {lengths}" if len(lengths) > 1 else f"{lengths[0]}-windows at uneven starts"
     if family == "avg":
         return AxisChoice("matrix", in_size, out_size, f"{in_size}->{out_size}: {shape}, averaging matrix")
-    return AxisChoice("two_window", in_size, out_size,
-                      f"{in_size}->{out_size}: {shape}, max of two {lengths[0]}-windows", kernel=lengths[0])
+    return AxisChoice("gather", in_size, out_size, f"{in_size}->{out_size}: {shape}, gathered windows, max",
+                      kernel=lengths[-1], stride=lengths[-1])
 
 
 AXIS_RULES: tuple[AxisRule, ...] = (_identity_rule, _reduce_rule, _pool_rule, _upsample_rule, _general_rule)
@@ -247,27 +257,17 @@ def choose_axis(family: PoolFamily, in_size: int, out_size: int, follows_input: 
     raise AssertionError("the general rule always applies")
 
 
-def separable_cost(in_sizes: tuple[int, ...], out_sizes: tuple[int, ...]) -> int:
-    """Multiply-adds per plane of applying the axes' matrices one after another, shrinking first."""
-    sizes = list(in_sizes)
-    cost = 0
-    for axis in _matmul_order(in_sizes, out_sizes):
-        cost += prod(sizes) * out_sizes[axis]
-        sizes[axis] = out_sizes[axis]
-    return cost
-
-
 def kronecker_cost(in_sizes: tuple[int, ...], out_sizes: tuple[int, ...]) -> int:
     """Multiply-adds per plane of one matmul by the Kronecker product (its element count too)."""
     return prod(in_sizes) * prod(out_sizes)
 
 
 def prefer_kronecker(in_sizes: tuple[int, ...], out_sizes: tuple[int, ...]) -> bool:
-    """The documented cost rule: one Kronecker matmul while its matrix is small and not too wasteful."""
+    """The documented cost rule: one Kronecker matmul while its matrix is small enough to stay cached."""
     if len(in_sizes) < 2:
         return False
-    kron = kronecker_cost(in_sizes, out_sizes)
-    return kron <= KRONECKER_MAX_ELEMENTS and kron <= KRONECKER_MAX_COST_RATIO * separable_cost(in_sizes, out_sizes)
+    limit = KRONECKER_MAX_ELEMENTS if prod(out_sizes) <= prod(in_sizes) else KRONECKER_MAX_ELEMENTS_GROWING
+    return kronecker_cost(in_sizes, out_sizes) <= limit
 
 
 def _matmul_order(in_sizes: tuple[int, ...], out_sizes: tuple[int, ...]) -> list[int]:
@@ -299,8 +299,11 @@ def choose_plan(
 def _steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]:
     steps: list[Step] = []
     kinds = [axis.kind for axis in axes]
-    if "pool" in kinds:
-        pooled = [a.kind in ("pool", "reduce") for a in axes]
+    for i, axis in enumerate(axes):
+        if axis.kind == "gather":
+            steps.append(WindowGatherStep(i, axis.in_size, axis.out_size, axis.kernel))
+    if "pool" in kinds or "gather" in kinds:
+        pooled = [a.kind in ("pool", "reduce", "gather") for a in axes]
         steps.append(PoolStep(
             family,
             tuple(a.kernel if p else 1 for a, p in zip(axes, pooled)),
@@ -309,8 +312,8 @@ def _steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]
     elif "reduce" in kinds:
         steps.append(ReduceStep(family, tuple(i for i, k in enumerate(kinds) if k == "reduce")))
 
-    general = [i for i, k in enumerate(kinds) if k in ("matrix", "two_window")]
-    if family == "avg" and general:
+    general = [i for i, k in enumerate(kinds) if k == "matrix"]
+    if general:
         ins = tuple(axes[i].in_size for i in general)
         outs = tuple(axes[i].out_size for i in general)
         trailing = general == list(range(len(axes) - len(general), len(axes)))
@@ -319,8 +322,6 @@ def _steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]
         else:
             for j in _matmul_order(ins, outs):
                 steps.append(MatmulStep(general[j], ins[j], outs[j]))
-    for i in general if family == "max" else ():
-        steps.append(TwoWindowMaxStep(i, axes[i].in_size, axes[i].out_size, axes[i].kernel))
 
     if "upsample" in kinds:
         steps.append(UpsampleStep(tuple(a.out_size for a in axes)))

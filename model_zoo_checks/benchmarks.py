@@ -1,8 +1,19 @@
-"""Benchmarks: fxpool's replacement against native pooling, a slice-loop baseline and the dynamo graph.
+"""Benchmarks: fxpool's replacements against native pooling, a slice-loop baseline and the dynamo graph.
 
 Every figure is a ratio measured side by side in one run: the contenders alternate within each
-repeat, after a warm-up, and the median of the repeats is reported. Results go to
-``reports/bench.json`` and print as a markdown table. Run ``python -m model_zoo_checks.benchmarks``.
+repeat, after a warm-up, and the median of the repeats is reported. Sections:
+
+- ``pools``: per pool shape, eager forward and forward+backward (a dense upstream gradient, as in
+  training) against native ``adaptive_avg_pool2d``/``adaptive_max_pool2d`` and a slice-loop module;
+  onnxruntime against the dynamo exporter's graph of the original; the memory floor (input read
+  once, output written once, at the copy bandwidth measured in the same run). ``--device cuda``
+  times with CUDA events in ``--dtypes`` (float32, float16, bfloat16) and leaves out onnxruntime.
+- ``convert``: ``fxpool.convert`` time as a multiple of one eager forward, for models of growing size.
+- ``kronecker``: separable matmuls against one Kronecker matmul over many sizes, the data that
+  :data:`fxpool.planning.KRONECKER_MAX_ELEMENTS` is fitted to.
+
+Run ``python -m model_zoo_checks.benchmarks`` (``make bench``); results go to ``reports/bench.json``
+and print as markdown tables.
 """
 
 from __future__ import annotations
@@ -13,38 +24,49 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import fxpool
+from fxpool.planning import choose_plan, kronecker_cost
+from fxpool.replacements import averaging_matrix, kronecker_matrix, matmul_along
 
-# (name, input shape, output size)
-SHAPES: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...] = (
-    ("vgg-like N=1", (1, 512, 10, 10), (7, 7)),
-    ("vgg-like N=8", (8, 512, 10, 10), (7, 7)),
-    ("vgg-like N=32", (32, 512, 10, 10), (7, 7)),
-    ("psp 64->6", (1, 512, 64, 64), (6, 6)),
-    ("psp 64->3", (1, 512, 64, 64), (3, 3)),
-    ("psp 64->2", (1, 512, 64, 64), (2, 2)),
-    ("psp 64->1", (1, 512, 64, 64), (1, 1)),
-    ("33->6", (1, 512, 33, 33), (6, 6)),
-    ("13->6 C=2048", (1, 2048, 13, 13), (6, 6)),
-    ("upsample 4x5->6", (8, 512, 4, 5), (6, 6)),
-    ("uniform 7->3", (8, 512, 7, 7), (3, 3)),
-    ("uniform 14->7", (8, 512, 14, 14), (7, 7)),
-    ("3d 8x14x14->4x7x7", (2, 64, 8, 14, 14), (4, 7, 7)),
+# (name, family, input shape, output size)
+SHAPES: tuple[tuple[str, str, tuple[int, ...], tuple[int, ...]], ...] = (
+    ("vgg-like 10→7, N=1", "avg", (1, 512, 10, 10), (7, 7)),
+    ("vgg-like 10→7, N=8", "avg", (8, 512, 10, 10), (7, 7)),
+    ("vgg-like 10→7, N=32", "avg", (32, 512, 10, 10), (7, 7)),
+    ("psp 64→6", "avg", (1, 512, 64, 64), (6, 6)),
+    ("psp 64→3 (uniform)", "avg", (1, 512, 64, 64), (3, 3)),
+    ("psp 64→2 (uniform)", "avg", (1, 512, 64, 64), (2, 2)),
+    ("psp 64→1 (mean)", "avg", (1, 512, 64, 64), (1, 1)),
+    ("33→6", "avg", (1, 512, 33, 33), (6, 6)),
+    ("13→6, C=2048 (uniform)", "avg", (1, 2048, 13, 13), (6, 6)),
+    ("upsample 4×5→6, N=8", "avg", (8, 512, 4, 5), (6, 6)),
+    ("uniform 7→3, N=8", "avg", (8, 512, 7, 7), (3, 3)),
+    ("uniform 14→7, N=8", "avg", (8, 512, 14, 14), (7, 7)),
+    ("3d 8×14×14→4×7×7 (uniform)", "avg", (2, 64, 8, 14, 14), (4, 7, 7)),
+    ("max vgg-like 10→7, N=8", "max", (8, 512, 10, 10), (7, 7)),
+    ("max psp 64→6", "max", (1, 512, 64, 64), (6, 6)),
+    ("max 33→6", "max", (1, 512, 33, 33), (6, 6)),
+    ("max uniform 14→7, N=8", "max", (8, 512, 14, 14), (7, 7)),
 )
+CONVERT_MODELS = ("resnet50", "efficientnet_b7", "regnet_y_32gf")
+KRONECKER_SIZES = ((5, 3), (4, 9), (5, 13), (6, 17), (7, 5), (9, 6), (10, 7), (12, 5), (13, 9), (14, 9), (17, 5),
+                   (20, 7), (22, 6), (25, 7), (33, 6), (40, 6), (64, 6))
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 class SliceLoopPool(nn.Module):
-    """The common hand-written workaround: slice every window, mean it, stack the results."""
+    """The common hand-written workaround: slice every window, reduce it, stack the results."""
 
-    def __init__(self, output_size: tuple[int, ...]) -> None:
+    def __init__(self, output_size: tuple[int, ...], family: str = "avg") -> None:
         super().__init__()
         self.output_size = output_size
+        self.family = family
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h, w = x.shape[-2:]
@@ -55,27 +77,42 @@ class SliceLoopPool(nn.Module):
             cols = []
             for j in range(ow):
                 w0, w1 = (j * w) // ow, -((-(j + 1) * w) // ow)
-                cols.append(x[..., h0:h1, w0:w1].mean(dim=(-2, -1)))
+                window = x[..., h0:h1, w0:w1]
+                cols.append(window.mean(dim=(-2, -1)) if self.family == "avg" else window.amax(dim=(-2, -1)))
             rows.append(torch.stack(cols, dim=-1))
         return torch.stack(rows, dim=-2)
 
 
-def native_pool(output_size: tuple[int, ...]) -> nn.Module:
-    return {2: nn.AdaptiveAvgPool2d, 3: nn.AdaptiveAvgPool3d}[len(output_size)](output_size)
+def native_pool(family: str, output_size: tuple[int, ...]) -> nn.Module:
+    modules = {("avg", 2): nn.AdaptiveAvgPool2d, ("avg", 3): nn.AdaptiveAvgPool3d,
+               ("max", 2): nn.AdaptiveMaxPool2d, ("max", 3): nn.AdaptiveMaxPool3d}
+    return modules[family, len(output_size)](output_size)
 
 
-def side_by_side(contenders: dict[str, Callable[[], object]], repeats: int, warmup: int = 3) -> dict[str, float]:
-    """Median seconds of each contender, alternating them within every repeat."""
+def side_by_side(contenders: dict[str, Callable[[], object]], repeats: int, warmup: int = 3,
+                 device: str = "cpu") -> dict[str, float]:
+    """Median seconds of each contender, alternating them within every repeat (CUDA events on the GPU)."""
     for _ in range(warmup):
         for run in contenders.values():
             run()
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(repeats):
         for name, run in contenders.items():
-            start = time.perf_counter()
-            run()
-            samples[name].append(time.perf_counter() - start)
+            samples[name].append(_time_once(run, device))
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def _time_once(run: Callable[[], object], device: str) -> float:
+    if device.startswith("cuda"):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+    start_s = time.perf_counter()
+    run()
+    return time.perf_counter() - start_s
 
 
 def copy_bandwidth(nbytes: int = 64 << 20, repeats: int = 9) -> float:
@@ -86,76 +123,165 @@ def copy_bandwidth(nbytes: int = 64 << 20, repeats: int = 9) -> float:
     return 2 * nbytes / seconds
 
 
-def eager_case(shape: tuple[int, ...], output: tuple[int, ...], repeats: int) -> dict[str, float]:
-    x = torch.randn(shape)
-    native = native_pool(output)
-    ours = fxpool.convert(native, x)
-    contenders: dict[str, Callable[[], object]] = {"native": lambda: native(x), "fxpool": lambda: ours(x)}
+def eager_case(family: str, shape: tuple[int, ...], output: tuple[int, ...], repeats: int, device: str = "cpu",
+               dtype: torch.dtype = torch.float32) -> dict[str, float]:
+    """Forward and forward+backward seconds of native, fxpool and (2d) the slice loop."""
+    x = torch.randn(shape, device=device, dtype=dtype)
+    native = native_pool(family, output)
+    models: dict[str, nn.Module] = {"native": native, "fxpool": fxpool.convert(native, x)}
     if len(output) == 2:
-        loop = SliceLoopPool(output)
-        contenders["slice_loop"] = lambda: loop(x)
-    forward = side_by_side({k: _no_grad(v) for k, v in contenders.items()}, repeats)
+        models["slice_loop"] = SliceLoopPool(output, family)
+    with torch.no_grad():
+        forward = side_by_side({k: (lambda m=m: m(x)) for k, m in models.items()}, repeats, device=device)
     xg = x.clone().requires_grad_()
-    models = {"native": native, "fxpool": ours, **({"slice_loop": SliceLoopPool(output)} if len(output) == 2 else {})}
-    backward = side_by_side({name: (lambda m=m: m(xg).sum().backward()) for name, m in models.items()}, repeats)
+    grad = torch.randn_like(native(x))
+    backward = side_by_side({k: (lambda m=m: m(xg).backward(grad)) for k, m in models.items()}, repeats,
+                            device=device)
     return {f"fwd_{k}": v for k, v in forward.items()} | {f"fwdbwd_{k}": v for k, v in backward.items()}
 
 
-def _no_grad(run: Callable[[], object]) -> Callable[[], object]:
-    def wrapped() -> object:
-        with torch.no_grad():
-            return run()
-    return wrapped
-
-
-def onnx_case(shape: tuple[int, ...], output: tuple[int, ...], repeats: int, workdir: str) -> dict[str, float]:
+def onnx_case(family: str, shape: tuple[int, ...], output: tuple[int, ...], repeats: int,
+              workdir: str) -> dict[str, Any]:
+    """onnxruntime seconds of fxpool's graph and of the dynamo exporter's graph of the original."""
     import onnxruntime
 
     x = torch.randn(shape)
-    native = native_pool(output)
+    native = native_pool(family, output)
     ours_path, theirs_path = f"{workdir}/ours.onnx", f"{workdir}/theirs.onnx"
     fxpool.export(native, x, ours_path, dynamo=True, verify=True)
     paths = [("fxpool", ours_path)]
+    row: dict[str, Any] = {}
     try:
         torch.onnx.export(native, (x,), theirs_path, dynamo=True)
         paths.append(("dynamo_original", theirs_path))
-    except Exception:  # the dynamo exporter cannot translate some originals (3d): ours runs alone
-        pass
+    except Exception as error:  # e.g. adaptive max pooling at non-divisible sizes, 3d: ours runs alone
+        row["dynamo_original_error"] = (str(error).strip() or type(error).__name__).splitlines()[0][:160]
     sessions = {name: onnxruntime.InferenceSession(p, providers=["CPUExecutionProvider"]) for name, p in paths}
     feeds = {name: {s.get_inputs()[0].name: x.numpy()} for name, s in sessions.items()}
-    return {f"ort_{name}": t for name, t in side_by_side(
-        {name: (lambda s=s, f=feeds[name]: s.run(None, f)) for name, s in sessions.items()}, repeats).items()}
+    row.update({f"ort_{name}": t for name, t in side_by_side(
+        {name: (lambda s=s, f=feeds[name]: s.run(None, f)) for name, s in sessions.items()}, repeats).items()})
+    return row
+
+
+def pools_section(repeats: int, device: str, dtypes: Sequence[str], with_onnx: bool) -> dict[str, Any]:
+    bandwidth = copy_bandwidth() if device == "cpu" else None
+    rows = []
+    with tempfile.TemporaryDirectory() as workdir:
+        for name, family, shape, output in SHAPES:
+            for dtype in dtypes:
+                row: dict[str, Any] = {"case": name, "family": family, "shape": shape, "output": output,
+                                       "device": device, "dtype": dtype}
+                row.update(eager_case(family, shape, output, repeats, device, DTYPES[dtype]))
+                if with_onnx and device == "cpu" and dtype == "float32":
+                    row.update(onnx_case(family, shape, output, repeats, workdir))
+                if bandwidth:
+                    size = DTYPES[dtype].itemsize
+                    nbytes = size * (torch.Size(shape).numel() + torch.Size(shape[:-len(output)] + output).numel())
+                    row["floor_s"] = nbytes / bandwidth
+                    row["input_MB"] = size * torch.Size(shape).numel() / 1e6
+                rows.append(row)
+                print(_pool_line(row), flush=True)
+    return {"copy_bandwidth_GBps": bandwidth / 1e9 if bandwidth else None, "cases": rows}
+
+
+def convert_section(repeats: int = 3) -> list[dict[str, Any]]:
+    """Conversion time against one eager forward at 224x224, with the model's size."""
+    from fxpool.cli import build_torchvision
+
+    rows = []
+    for name in CONVERT_MODELS:
+        torch.manual_seed(0)
+        model = build_torchvision(name)
+        x = torch.randn(1, 3, 224, 224)
+        with torch.no_grad():
+            times = side_by_side({"forward": lambda: model(x), "convert": lambda: fxpool.convert(model, x)},
+                                 repeats, warmup=1)
+        converted = fxpool.convert(model, x)
+        nodes = sum(len(m.graph.nodes) for m in converted.modules() if isinstance(m, torch.fx.GraphModule))
+        row = {"model": name, "parameters_M": sum(p.numel() for p in model.parameters()) / 1e6,
+               "graph_nodes": nodes, "pools": len(fxpool.report_of(converted).records),
+               "forward_s": times["forward"], "convert_s": times["convert"],
+               "convert_over_forward": times["convert"] / times["forward"]}
+        rows.append(row)
+        print(f"| {name} | {row['parameters_M']:.1f} M | {nodes} | {row['pools']} | {row['forward_s']:.3f} | "
+              f"{row['convert_s']:.3f} | {row['convert_over_forward']:.2f} |", flush=True)
+        del model, converted
+    return rows
+
+
+def kronecker_section(repeats: int) -> list[dict[str, Any]]:
+    """Kronecker over separable time, forward and forward+backward, C=512, square sizes."""
+    rows = []
+    for h, o in KRONECKER_SIZES:
+        if choose_plan("avg", (h, h), (o, o)).axes[0].kind != "matrix":
+            continue
+        x = torch.randn(1, 512, h, h)
+        xg = x.clone().requires_grad_()
+        grad = torch.randn(1, 512, o, o)
+        row_matrix = averaging_matrix(h, o, torch.float32)
+        kron = kronecker_matrix((h, h), (o, o), torch.float32)
+
+        def separable(t: torch.Tensor) -> torch.Tensor:
+            return matmul_along(matmul_along(t, row_matrix, -1), row_matrix, -2)
+
+        def kronecker(t: torch.Tensor) -> torch.Tensor:
+            return F.linear(t.flatten(-2), kron).unflatten(-1, (o, o))
+
+        with torch.no_grad():
+            forward = side_by_side({"separable": lambda: separable(x), "kronecker": lambda: kronecker(x)}, repeats)
+        backward = side_by_side({"separable": lambda: separable(xg).backward(grad),
+                                 "kronecker": lambda: kronecker(xg).backward(grad)}, repeats)
+        row = {"in": h, "out": o, "kronecker_elements": kronecker_cost((h, h), (o, o)),
+               "chosen": choose_plan("avg", (h, h), (o, o)).describe(),
+               "fwd_kron_over_separable": forward["kronecker"] / forward["separable"],
+               "fwdbwd_kron_over_separable": backward["kronecker"] / backward["separable"]}
+        rows.append(row)
+        print(f"| {h}→{o} | {row['kronecker_elements']} | {row['fwd_kron_over_separable']:.2f} | "
+              f"{row['fwdbwd_kron_over_separable']:.2f} | {row['chosen']} |", flush=True)
+    return rows
+
+
+def _ratio(row: dict[str, Any], a: str, b: str, spec: str = ".2f") -> str:
+    return format(row[a] / row[b], spec) if a in row and b in row else "-"
+
+
+def _pool_line(row: dict[str, Any]) -> str:
+    label = row["case"] if row["dtype"] == "float32" else f"{row['case']} {row['dtype']}"
+    return (f"| {label} | {_ratio(row, 'fwd_fxpool', 'fwd_native')} | {_ratio(row, 'fwdbwd_fxpool', 'fwdbwd_native')} | "
+            f"{_ratio(row, 'fwdbwd_slice_loop', 'fwdbwd_fxpool', '.1f')} | "
+            f"{_ratio(row, 'ort_dynamo_original', 'ort_fxpool', '.1f')} | {_ratio(row, 'fwd_fxpool', 'floor_s', '.1f')} |")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fxpool-bench")
+    parser = argparse.ArgumentParser(prog="python -m model_zoo_checks.benchmarks", description=__doc__.splitlines()[0])
+    parser.add_argument("--sections", nargs="*", default=["pools", "convert", "kronecker"],
+                        choices=["pools", "convert", "kronecker"])
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--out", default="reports/bench.json")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (pools section only)")
+    parser.add_argument("--dtypes", nargs="*", choices=list(DTYPES), default=None,
+                        help="default: float32 on cpu, all three on cuda")
     parser.add_argument("--skip-onnx", action="store_true")
+    parser.add_argument("--out", default="reports/bench.json")
     args = parser.parse_args(argv)
-    bandwidth = copy_bandwidth()
-    results = []
-    with tempfile.TemporaryDirectory() as workdir:
-        for name, shape, output in SHAPES:
-            row: dict[str, object] = {"case": name, "shape": shape, "output": output}
-            row.update(eager_case(shape, output, args.repeats))
-            if not args.skip_onnx:
-                row.update(onnx_case(shape, output, args.repeats, workdir))
-            nbytes = 4 * (torch.Size(shape).numel() + torch.Size(shape[:-len(output)] + output).numel())
-            row["floor_s"] = nbytes / bandwidth
-            results.append(row)
-            print(_line(row), flush=True)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available")
+    dtypes = args.dtypes or (["float32"] if args.device == "cpu" else list(DTYPES))
+    results: dict[str, Any] = {"torch": torch.__version__, "threads": torch.get_num_threads(), "repeats": args.repeats}
+    if "pools" in args.sections:
+        print("| case | fwd / native | fwd+bwd / native | slice-loop / fxpool (fwd+bwd) | ORT dynamo-original / fxpool "
+              "| fwd / floor |\n|---|---|---|---|---|---|")
+        results["pools"] = pools_section(args.repeats, args.device, dtypes, not args.skip_onnx)
+    if "convert" in args.sections and args.device == "cpu":
+        print("\n| model | parameters | graph nodes | pools | forward s | convert s | convert / forward |\n"
+              "|---|---|---|---|---|---|---|")
+        results["convert"] = convert_section()
+    if "kronecker" in args.sections and args.device == "cpu":
+        print("\n| H→O (square) | Kronecker entries | fwd kron / separable | fwd+bwd kron / separable | chosen |\n"
+              "|---|---|---|---|---|")
+        results["kronecker"] = kronecker_section(args.repeats)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"copy_bandwidth_GBps": bandwidth / 1e9, "cases": results}, indent=2))
+    Path(args.out).write_text(json.dumps(results, indent=2))
     return 0
-
-
-def _line(row: dict[str, object]) -> str:
-    def ratio(a: str, b: str) -> str:
-        return f"{row[a] / row[b]:.2f}" if a in row and b in row else "-"  # type: ignore[operator]
-    return (f"| {row['case']} | {ratio('fwd_fxpool', 'fwd_native')} | {ratio('fwdbwd_fxpool', 'fwdbwd_native')} | "
-            f"{ratio('fwdbwd_slice_loop', 'fwdbwd_fxpool')} | {ratio('ort_dynamo_original', 'ort_fxpool')} | "
-            f"{ratio('fwd_fxpool', 'floor_s')} |")
 
 
 if __name__ == "__main__":

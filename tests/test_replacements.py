@@ -7,6 +7,8 @@ max-pool values are compared bit for bit, and their gradients reach the same pos
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -125,10 +127,35 @@ def test_max_propagates_nan_and_inf_like_pytorch() -> None:
         torch.testing.assert_close(module(x), F.adaptive_max_pool1d(x, out_size), rtol=0, atol=0, equal_nan=True)
 
 
-def test_max_gradient_goes_to_the_first_of_tied_maxima() -> None:
-    x = torch.zeros(1, 1, 10, 10, dtype=torch.float64)  # every window ties everywhere
-    for out_sizes in [(7, 7), (3, 3), (1, 1), (5, 3)]:
-        assert_same_pool("max", x, out_sizes)
+def _exact_max_gradients(x: torch.Tensor, out_sizes: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    # Integer upstream gradients make every sum exact, so the comparison can be bit-for-bit.
+    native = {1: F.adaptive_max_pool1d, 2: F.adaptive_max_pool2d, 3: F.adaptive_max_pool3d}[len(out_sizes)]
+    module = ExactAdaptivePool(choose_plan("max", tuple(x.shape[2:]), out_sizes))
+    ours, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+    upstream = torch.randint(-8, 9, native(x, out_sizes).shape, generator=torch.Generator().manual_seed(1)).double()
+    torch.testing.assert_close(module(ours), native(theirs, out_sizes), rtol=0, atol=0, equal_nan=True)
+    module(ours).backward(upstream)
+    native(theirs, out_sizes).backward(upstream)
+    return ours.grad, theirs.grad
+
+
+@pytest.mark.parametrize("in_sizes", [(3, 4), (5, 4), (3, 9), (6, 7), (7, 10), (2, 3, 5)])
+def test_max_gradient_goes_to_the_first_of_tied_maxima_in_row_major_order(in_sizes: tuple) -> None:
+    # Values in {0, 1} tie inside almost every window; PyTorch picks the first maximum in row-major
+    # order, which per-axis maxima (column by column) would not. All zeros could not tell them apart.
+    x = torch.randint(0, 2, (2, 3, *in_sizes), generator=torch.Generator().manual_seed(0)).double()
+    outputs = [(1, 2, 3, 4, 5, 7)] * len(in_sizes)
+    for out_sizes in itertools.product(*outputs):
+        ours, theirs = _exact_max_gradients(x, out_sizes)
+        assert torch.equal(ours, theirs), (in_sizes, out_sizes)
+
+
+def test_max_gradient_at_nan_goes_where_pytorch_sends_it() -> None:
+    x = torch.randn(1, 2, 7, 9, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    x[0, 0, 2, 3] = x[0, 0, 2, 5] = x[0, 1, 4, 4] = float("nan")
+    for out_sizes in [(3, 4), (5, 5), (2, 7), (7, 3)]:
+        ours, theirs = _exact_max_gradients(x, out_sizes)
+        assert torch.equal(ours, theirs), out_sizes
 
 
 def test_weights_follow_device_and_dtype_changes_exactly() -> None:
