@@ -28,7 +28,7 @@ from .convert import convert
 from .errors import ExportVerificationError
 from .recording import normalize_example
 from .report import REPORT_ATTRIBUTE, ConversionReport, report_of
-from .symbolics import exporter_translations
+from .symbolics import dynamo_translation_table, exporter_translations
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,13 @@ def run_onnxruntime(path: str, args: tuple[Any, ...], providers: list[str] | Non
 
 def verify_onnx(path: str, model: nn.Module, args: tuple[Any, ...], *, rtol: float = 1e-4,
                 atol: float = 1e-5) -> tuple[float, float]:
-    """Check the file and compare onnxruntime with ``model(*args)``; returns (max abs, max rel) error."""
+    """Check the file and compare onnxruntime with ``model(*args)``; returns (max abs, max rel) error.
+
+    An output passes where ``|ort - torch| <= atol * scale + rtol * |torch|`` elementwise, with
+    ``scale`` the output's largest magnitude (at least 1): deep networks with random weights reach
+    outputs in the thousands, where float32 accumulation alone leaves absolute errors near 1e-3 on
+    elements close to zero — in the stock export of the original model too.
+    """
     import onnx
 
     try:
@@ -119,10 +125,11 @@ def verify_onnx(path: str, model: nn.Module, args: tuple[Any, ...], *, rtol: flo
         diff = (got.double() - theirs.double()).abs()
         worst_abs = max(worst_abs, diff.max().item())
         worst_rel = max(worst_rel, (diff / theirs.double().abs().clamp_min(atol)).max().item())
-        if not torch.allclose(got.double(), theirs.double(), rtol=rtol, atol=atol):
+        scale = max(1.0, theirs.double().abs().max().item())
+        if not torch.allclose(got.double(), theirs.double(), rtol=rtol, atol=atol * scale):
             raise ExportVerificationError(_failed(
                 path, f"output {index}: onnxruntime differs from PyTorch by up to {diff.max().item():.3g} "
-                      f"(rtol={rtol}, atol={atol})"))
+                      f"(rtol={rtol}, atol={atol} x output scale {scale:.3g})"))
     return worst_abs, worst_rel
 
 
@@ -164,9 +171,17 @@ class _Exported(nn.Module):
 
 
 def _export_with_translations(export_fn: Any, model: Any, args: Any, f: Any, *rest: Any, **kwargs: Any) -> Any:
-    """``export_fn(model, args, f, ...)`` with fxpool's exporter translations registered."""
-    if kwargs.get("dynamo", True) is False and isinstance(model, torch.fx.GraphModule):
-        model = _Exported(model)
+    """``export_fn(model, args, f, ...)`` with fxpool's exporter translations registered.
+
+    The TorchScript exporter gets them as registered symbolics; the dynamo exporter as entries of
+    ``custom_translation_table`` under the caller's own (the caller's win).
+    """
+    if kwargs.get("dynamo", True) is False:
+        if isinstance(model, torch.fx.GraphModule):
+            model = _Exported(model)
+    else:
+        kwargs["custom_translation_table"] = {**dynamo_translation_table(),
+                                              **(kwargs.get("custom_translation_table") or {})}
     with exporter_translations():
         return export_fn(model, args, f, *rest, **kwargs)
 

@@ -1,7 +1,9 @@
 """The torch.fx pass: trace a module, find its adaptive pool nodes, swap them for replacements.
 
 :func:`trace` treats every adaptive pool module (and fxpool's own replacements) as a leaf, so each
-pool is one node. :func:`pool_nodes` lists those nodes in execution order with their
+pool is one node, and refuses code that branches on ``torch.onnx.is_in_onnx_export()``: a trace
+would keep only the eager branch and silently drop what the model does under export, so such a
+module stays Python and is converted below it. :func:`pool_nodes` lists those nodes in execution order with their
 :class:`~fxpool.calls.PoolCall`. :func:`replace_nodes` swaps nodes for modules and returns what
 it changed; it ends with dead-code elimination, removal of unused submodules, ``lint`` and
 ``recompile``. Nothing here knows of ONNX or of how replacements are chosen.
@@ -10,7 +12,9 @@ it changed; it ends with dead-code elimination, removal of unused submodules, ``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from unittest import mock
 
+import torch
 from torch import fx, nn
 
 from .calls import PoolCall, describe_function, describe_module
@@ -31,10 +35,16 @@ def _is_fxpool_module(m: nn.Module) -> bool:
     return type(m).__module__.startswith("fxpool.")
 
 
+def _export_branch() -> bool:
+    raise fx.proxy.TraceError(
+        "the code branches on torch.onnx.is_in_onnx_export(); a trace would keep only the eager branch")
+
+
 def trace(module: nn.Module) -> fx.GraphModule:
     """Symbolically trace ``module``; raises whatever torch.fx raises for untraceable code."""
     tracer = PoolLeafTracer()
-    graph = tracer.trace(module)
+    with mock.patch.object(torch.onnx, "is_in_onnx_export", _export_branch):
+        graph = tracer.trace(module)
     name = module.__class__.__name__ if isinstance(module, nn.Module) else module.__name__
     return fx.GraphModule(tracer.root, graph, name)
 

@@ -7,7 +7,7 @@ replacements, the eager error of the converted model (per dtype on ``--device cu
 TorchScript export of the original, both exports of the converted model with their onnxruntime
 error, onnxruntime latency against the dynamo export of the original, and a status. Results go to
 ``REPORT/report.json``, ``report.md`` and ``speedup.png``, rewritten after every case;
-``--resume`` keeps the cases a previous run recorded there.
+``--resume`` keeps the cases a previous run finished there (pass or skip) and runs the rest.
 """
 
 from __future__ import annotations
@@ -219,7 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtypes", nargs="*", choices=list(DTYPES), default=None,
                         help="eager check dtypes (default: float32 on cpu, all three on cuda)")
     parser.add_argument("--report", default="reports/zoo", help="folder for report.md/json and speedup.png")
-    parser.add_argument("--resume", action="store_true", help="keep the cases already in REPORT/report.json")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the passed and skipped cases in REPORT/report.json, run the rest")
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
@@ -227,7 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = swept_names() if args.all else list(args.models or DEFAULT_MODELS)
     jobs = [(n, s) for n in names for s in input_shapes(n, args.sizes, with_native=args.all)]
     folder = Path(args.report)
-    done = {(c.model, c.input_shape): c for c in (_load_cases(folder / "report.json") if args.resume else [])}
+    previous = _load_cases(folder / "report.json") if args.resume else []
+    done = {(c.model, c.input_shape): c for c in previous if c.status != "fail"}
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     try:
         from tqdm import tqdm

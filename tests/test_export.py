@@ -140,7 +140,7 @@ def test_hook_exports_the_converted_model_and_restores_the_exporter(tmp_path) ->
 
 
 class ExportTimePool(nn.Module):
-    """Pools only under export, where neither torch.fx nor the recording pass sees it."""
+    """Pools one way in eager and another under export, as some models do for their exporters."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.onnx.is_in_onnx_export():
@@ -148,13 +148,25 @@ class ExportTimePool(nn.Module):
         return F.adaptive_avg_pool2d(x, 7)
 
 
-def test_exporter_level_translation_handles_export_only_pools(tmp_path) -> None:
+def test_conversion_keeps_the_export_branch_instead_of_tracing_it_away() -> None:
+    converted = fxpool.convert(nn.Sequential(nn.Conv2d(3, 3, 1), ExportTimePool()), torch.randn(1, 3, 10, 10))
+    assert isinstance(converted[1], ExportTimePool)  # still Python: its export branch survives
+    report = fxpool.report_of(converted)
+    assert "is_in_onnx_export" in str(report) and len(report.unconverted) == 1
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+def test_exporter_level_translation_handles_export_only_pools(dynamo: bool, tmp_path) -> None:
     model = ExportTimePool()
     x = torch.randn(1, 3, 10, 10)
-    with pytest.raises(Exception, match="adaptive_avg_pool2d"):
-        torch.onnx.export(model, (x,), str(tmp_path / "stock.onnx"), dynamo=False)
-    result = fxpool.export(model, x, tmp_path / "m.onnx", dynamo=False)
-    assert "MatMul" in result.op_histogram and not FORBIDDEN & set(result.op_histogram)
+    if not dynamo:
+        with pytest.raises(Exception, match="adaptive_avg_pool2d"):
+            torch.onnx.export(model, (x,), str(tmp_path / "stock.onnx"), dynamo=False)
+    else:
+        torch.onnx.export(model, (x,), str(tmp_path / "stock.onnx"), dynamo=True)
+        assert {"GatherND", "Where"} & set(op_histogram(str(tmp_path / "stock.onnx")))  # the stock decomposition
+    result = fxpool.export(model, x, tmp_path / "m.onnx", dynamo=dynamo)
+    assert "MatMul" in result.op_histogram and not FORBIDDEN & set(result.op_histogram), result.op_histogram
     assert result.max_abs_error < 1e-5
 
 
@@ -165,6 +177,34 @@ def test_failed_verification_raises_and_moves_the_file(tmp_path, monkeypatch) ->
     with pytest.raises(fxpool.ExportVerificationError, match="differs from PyTorch by up to"):
         fxpool.export(pooled((7, 7)), torch.randn(1, 3, 10, 10), tmp_path / "m.onnx", dynamo=False)
     assert (tmp_path / "m.onnx.failed").exists() and not (tmp_path / "m.onnx").exists()
+
+
+@pytest.mark.parametrize("offset,passes", [(1e-3, True), (1.0, False)])
+def test_verification_tolerance_scales_with_the_output(offset: float, passes: bool, tmp_path, monkeypatch) -> None:
+    # Outputs near 1e4 (deep nets with random weights): a float32-sized 1e-3 offset passes, 1.0 does not.
+    import fxpool.exporting as export_module
+
+    model, x = pooled((7, 7)), torch.randn(1, 3, 10, 10)
+    with torch.no_grad():
+        expected = model(x)
+    scale = 1e4 / expected.abs().max()
+    model = nn.Sequential(model, Scale(scale))
+    monkeypatch.setattr(export_module, "run_onnxruntime",
+                        lambda path, args: [(expected * scale + offset).numpy()])
+    if passes:
+        fxpool.export(model, x, tmp_path / "m.onnx", dynamo=False)
+    else:
+        with pytest.raises(fxpool.ExportVerificationError, match="output scale"):
+            fxpool.export(model, x, tmp_path / "m.onnx", dynamo=False)
+
+
+class Scale(nn.Module):
+    def __init__(self, factor: torch.Tensor) -> None:
+        super().__init__()
+        self.factor = float(factor)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.factor
 
 
 def test_cli_export_and_inspect(tmp_path) -> None:
