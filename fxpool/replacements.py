@@ -177,14 +177,18 @@ def _cast_like(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 def matmul_along(x: torch.Tensor, weight: torch.Tensor, dim: int) -> torch.Tensor:
     """Average along ``dim`` (negative) by its (out x in) matrix.
 
-    The axis is moved last and made contiguous so that the product, forward and backward, is one
-    large GEMM over all leading axes. Left as a strided view, matmul falls back to a batch of tiny
-    GEMMs, and its backward to a per-matrix loop when the incoming gradient is an expanded
-    (stride 0) tensor, as after ``.sum()`` — measured 3-6x slower than native pooling.
+    In eager the axis is moved last and made contiguous, so that the product, forward and
+    backward, is one large GEMM over all leading axes. Left as a strided view, matmul falls back
+    to a batch of tiny GEMMs, and its backward to a per-matrix loop when the incoming gradient is
+    an expanded (stride 0) tensor, as after ``.sum()`` — measured 3-6x slower than native pooling.
+    Under ONNX export the axis -2 product stays one broadcast MatMul instead, which onnxruntime
+    runs 25-35% faster than Transpose, MatMul, Transpose (33->6 and 64->6, C=512).
     """
     weight = _cast_like(weight, x)
     if dim == -1:
         return F.linear(x.contiguous(), weight)
+    if dim == -2 and torch.onnx.is_in_onnx_export():
+        return torch.matmul(weight, x)
     return F.linear(x.transpose(dim, -1).contiguous(), weight).transpose(dim, -1)
 
 
