@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: zoo test test-all bench clean
+.PHONY: zoo test test-all bench gpu-checks clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,9 @@ test-all: $(STAMP)  ## every test, slow sweeps included
 
 bench: $(STAMP)  ## the benchmark suite (writes reports/bench.json)
 	$(PY) -m model_zoo_checks.benchmarks $(BENCH_ARGS)
+
+gpu-checks: $(STAMP)  ## every GPU check in one call (needs CUDA): cuda tests, GPU benchmark, GPU zoo slice
+	PY=$(PY) model_zoo_checks/gpu_checks.sh
 
 clean:
 	rm -rf $(VENV) reports

@@ -80,3 +80,11 @@ def test_reports_are_written_and_a_run_resumes_from_them(tmp_path) -> None:
 @pytest.mark.slow
 def test_full_sweep_default_set(tmp_path) -> None:
     assert zoo.main(["--report", str(tmp_path)]) == 0
+
+
+@pytest.mark.cuda
+def test_cuda_sweep_case_checks_three_dtypes(tmp_path) -> None:
+    case = zoo.check("squeezenet1_1", (1, 3, 96, 96), str(tmp_path), ["dynamo"], device="cuda",
+                     dtypes=tuple(zoo.DTYPES))
+    assert case.status == "pass", case.reason
+    assert set(case.eager_errors) == set(zoo.DTYPES)

@@ -1,0 +1,45 @@
+"""The benchmark suite's pieces: its baseline computes the right function, and each section runs.
+
+Speed itself is measured by ``python -m model_zoo_checks.benchmarks``, never asserted here.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model_zoo_checks import benchmarks
+
+
+@pytest.mark.parametrize("family", ["avg", "max"])
+@pytest.mark.parametrize("in_sizes,out_sizes", [((10, 10), (7, 7)), ((33, 33), (6, 6)), ((4, 5), (6, 6))])
+def test_slice_loop_baseline_is_the_adaptive_pool(family: str, in_sizes: tuple, out_sizes: tuple) -> None:
+    x = torch.randn(2, 3, *in_sizes, dtype=torch.float64)
+    native = F.adaptive_avg_pool2d if family == "avg" else F.adaptive_max_pool2d
+    torch.testing.assert_close(benchmarks.SliceLoopPool(out_sizes, family)(x), native(x, out_sizes),
+                               rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("family", ["avg", "max"])
+def test_eager_and_onnx_cases_time_every_contender(family: str, tmp_path) -> None:
+    row = benchmarks.eager_case(family, (1, 8, 10, 10), (7, 7), repeats=1)
+    assert set(row) == {f"{p}_{c}" for p in ("fwd", "fwdbwd") for c in ("native", "fxpool", "slice_loop")}
+    assert all(t > 0 for t in row.values())
+    onnx_row = benchmarks.onnx_case(family, (1, 8, 10, 10), (7, 7), repeats=1, workdir=str(tmp_path))
+    assert onnx_row["ort_fxpool"] > 0
+    # The dynamo exporter translates the average original (to its gather form) but not the max one.
+    assert ("ort_dynamo_original" in onnx_row) == (family == "avg"), onnx_row
+
+
+def test_kronecker_fit_rows_name_the_chosen_plan(monkeypatch) -> None:
+    monkeypatch.setattr(benchmarks, "KRONECKER_SIZES", ((10, 7), (33, 6)))
+    rows = benchmarks.kronecker_section(repeats=1)
+    assert [r["chosen"].split()[0] for r in rows] == ["kron-matmul", "matmul"]
+
+
+@pytest.mark.cuda
+def test_gpu_eager_case_in_every_dtype() -> None:
+    for dtype in benchmarks.DTYPES.values():
+        row = benchmarks.eager_case("avg", (2, 64, 10, 10), (7, 7), repeats=2, device="cuda", dtype=dtype)
+        assert all(t > 0 for t in row.values())
