@@ -16,6 +16,7 @@ import argparse
 import copy
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -110,6 +111,7 @@ def check(name: str, shape: tuple[int, ...], workdir: str, exporters: Sequence[s
         case.status, case.reason = "skip", f"the original model does not run at {shape}: {error}"[:300]
         return case
     notes = []
+    casedir = tempfile.mkdtemp(dir=workdir)
     try:
         t0 = time.perf_counter()
         converted = fxpool.convert(model, x)
@@ -123,19 +125,19 @@ def check(name: str, shape: tuple[int, ...], workdir: str, exporters: Sequence[s
             case.eager_errors = eager_errors(model, x, device, dtypes)
             over = {d: e for d, e in case.eager_errors.items() if e > EAGER_TOLERANCE[d]}
             assert not over, f"eager error over tolerance on {device}: {over}"
-        case.stock_torchscript = _stock_torchscript(model, x, os.path.join(workdir, f"{name}_orig_ts.onnx"))
+        case.stock_torchscript = _stock_torchscript(model, x, _export_path(casedir, name, "orig_ts"))
         case.ort_provider = ort_provider(device)
         if "torchscript" in exporters:
-            path = os.path.join(workdir, f"{name}_ts.onnx")
+            path = _export_path(casedir, name, "ts")
             case.torchscript_ort_error = fxpool.export(model, x, path, dynamo=False, rtol=1e-3, atol=1e-4).max_abs_error
         if "dynamo" in exporters:
-            path = os.path.join(workdir, f"{name}_dynamo.onnx")
+            path = _export_path(casedir, name, "dynamo")
             result = fxpool.export(model, x, path, dynamo=True, rtol=1e-3, atol=1e-4)
             case.dynamo_ort_error, case.converted_ops = result.max_abs_error, result.op_histogram
             outputs, case.ort_ms_converted = run_ort(path, x, case.ort_provider, repeats=7)
             if case.ort_provider != "CPUExecutionProvider":
                 notes.append(f"onnxruntime {case.ort_provider} error {max_error(outputs, expected):.1e}")
-            original = os.path.join(workdir, f"{name}_orig_dynamo.onnx")
+            original = _export_path(casedir, name, "orig_dynamo")
             try:
                 torch.onnx.export(model, (x,), original, dynamo=True, verbose=False)
                 case.original_dynamo_ops = op_histogram(original)
@@ -153,9 +155,15 @@ def check(name: str, shape: tuple[int, ...], workdir: str, exporters: Sequence[s
     finally:
         case.reason = "; ".join(notes)[:400]
         case.seconds = time.perf_counter() - started
-        for file in Path(workdir).glob(f"{name}_*"):
-            file.unlink()
+        shutil.rmtree(casedir, ignore_errors=True)
     return case
+
+
+def _export_path(casedir: str, name: str, label: str) -> str:
+    # One folder per export: models over 2 GB write their weights as external data files beside it.
+    folder = os.path.join(casedir, label)
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, f"{name}.onnx")
 
 
 def eager_errors(model: torch.nn.Module, x: torch.Tensor, device: str, dtypes: Sequence[str]) -> dict[str, float]:
