@@ -249,7 +249,8 @@ def _pool_line(row: dict[str, Any]) -> str:
     label = row["case"] if row["dtype"] == "float32" else f"{row['case']} {row['dtype']}"
     return (f"| {label} | {_ratio(row, 'fwd_fxpool', 'fwd_native')} | {_ratio(row, 'fwdbwd_fxpool', 'fwdbwd_native')} | "
             f"{_ratio(row, 'fwdbwd_slice_loop', 'fwdbwd_fxpool', '.1f')} | "
-            f"{_ratio(row, 'ort_dynamo_original', 'ort_fxpool', '.1f')} | {_ratio(row, 'fwd_fxpool', 'floor_s', '.1f')} |")
+            f"{_ratio(row, 'ort_dynamo_original', 'ort_fxpool', '.1f')} | {_ratio(row, 'fwd_fxpool', 'floor_s', '.1f')} | "
+            f"{_ratio(row, 'fwd_native', 'floor_s', '.1f')} |")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -269,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[str, Any] = {"torch": torch.__version__, "threads": torch.get_num_threads(), "repeats": args.repeats}
     if "pools" in args.sections:
         print("| case | fwd / native | fwd+bwd / native | slice-loop / fxpool (fwd+bwd) | ORT dynamo-original / fxpool "
-              "| fwd / floor |\n|---|---|---|---|---|---|")
+              "| fwd / floor | native fwd / floor |\n|---|---|---|---|---|---|---|")
         results["pools"] = pools_section(args.repeats, args.device, dtypes, not args.skip_onnx)
     if "convert" in args.sections and args.device == "cpu":
         print("\n| model | parameters | graph nodes | pools | forward s | convert s | convert / forward |\n"

@@ -78,19 +78,24 @@ def ort_provider(device: str) -> str:
     return "CPUExecutionProvider"
 
 
-def run_ort(path: str, x: torch.Tensor, provider: str, repeats: int = 0) -> tuple[list[Any], float | None]:
-    """The graph's outputs on ``x`` and, with ``repeats``, the median latency in milliseconds."""
+def ort_sessions(paths: dict[str, str], provider: str) -> dict[str, Any]:
     import onnxruntime
 
-    session = onnxruntime.InferenceSession(path, providers=[provider])
-    feeds = {session.get_inputs()[0].name: x.cpu().numpy()}
-    outputs = session.run(None, feeds)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        session.run(None, feeds)
-        times.append(time.perf_counter() - start)
-    return outputs, statistics.median(times) * 1e3 if times else None
+    return {name: onnxruntime.InferenceSession(path, providers=[provider]) for name, path in paths.items()}
+
+
+def ort_latencies(sessions: dict[str, Any], x: torch.Tensor, repeats: int = 9) -> dict[str, float]:
+    """Median milliseconds per graph, the graphs alternating within every repeat after a warm-up run,
+    so that load from elsewhere on the machine falls on all of them alike."""
+    feeds = {name: {s.get_inputs()[0].name: x.cpu().numpy()} for name, s in sessions.items()}
+    samples: dict[str, list[float]] = {name: [] for name in sessions}
+    for repeat in range(repeats + 1):
+        for name, session in sessions.items():
+            start = time.perf_counter()
+            session.run(None, feeds[name])
+            if repeat:
+                samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) * 1e3 for name, values in samples.items()}
 
 
 def check(name: str, shape: tuple[int, ...], workdir: str, exporters: Sequence[str], device: str = "cpu",
@@ -134,17 +139,22 @@ def check(name: str, shape: tuple[int, ...], workdir: str, exporters: Sequence[s
             path = _export_path(casedir, name, "dynamo")
             result = fxpool.export(model, x, path, dynamo=True, rtol=1e-3, atol=1e-4)
             case.dynamo_ort_error, case.converted_ops = result.max_abs_error, result.op_histogram
-            outputs, case.ort_ms_converted = run_ort(path, x, case.ort_provider, repeats=7)
-            if case.ort_provider != "CPUExecutionProvider":
-                notes.append(f"onnxruntime {case.ort_provider} error {max_error(outputs, expected):.1e}")
+            graphs = {"converted": path}
             original = _export_path(casedir, name, "orig_dynamo")
             try:
                 torch.onnx.export(model, (x,), original, dynamo=True, verbose=False)
                 case.original_dynamo_ops = op_histogram(original)
-                case.ort_ms_original_dynamo = run_ort(original, x, case.ort_provider, repeats=7)[1]
-                case.ort_speedup = case.ort_ms_original_dynamo / case.ort_ms_converted
+                graphs["original"] = original
             except Exception as error:
                 notes.append(f"dynamo export of the original fails: {_first_line(error)}")
+            sessions = ort_sessions(graphs, case.ort_provider)
+            if case.ort_provider != "CPUExecutionProvider":
+                outputs = sessions["converted"].run(None, {sessions["converted"].get_inputs()[0].name: x.numpy()})
+                notes.append(f"onnxruntime {case.ort_provider} error {max_error(outputs, expected):.1e}")
+            latency = ort_latencies(sessions, x)
+            case.ort_ms_converted, case.ort_ms_original_dynamo = latency["converted"], latency.get("original")
+            if case.ort_ms_original_dynamo is not None:
+                case.ort_speedup = case.ort_ms_original_dynamo / case.ort_ms_converted
         case.status = "pass" if not case.unconverted else "fail"
         if case.unconverted:
             notes.append("; ".join(r.reason for r in report.unconverted))
