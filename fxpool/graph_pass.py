@@ -3,10 +3,10 @@
 :func:`trace` treats every adaptive pool module (and fxpool's own replacements) as a leaf, so each
 pool is one node, and refuses code that branches on ``torch.onnx.is_in_onnx_export()``: a trace
 would keep only the eager branch and silently drop what the model does under export, so such a
-module stays Python and is converted below it. :func:`pool_nodes` lists those nodes in execution order with their
-:class:`~fxpool.calls.PoolCall`. :func:`replace_nodes` swaps nodes for modules and returns what
-it changed; it ends with dead-code elimination, removal of unused submodules, ``lint`` and
-``recompile``. Nothing here knows of ONNX or of how replacements are chosen.
+module stays Python and is converted below it. :func:`pool_nodes` lists the pool nodes in
+execution order with their :class:`~fxpool.calls.PoolCall`. :func:`replace_nodes` swaps nodes
+for modules and returns what it changed; it ends with dead-code elimination, removal of unused
+submodules, ``lint`` and ``recompile``. Nothing here knows of ONNX or of how replacements are chosen.
 """
 
 from __future__ import annotations

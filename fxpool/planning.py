@@ -42,8 +42,8 @@ from .windows import uniform_stride, upsample_factor, window_lengths
 PoolFamily = Literal["avg", "max"]
 AxisKind = Literal["identity", "reduce", "pool", "upsample", "matrix", "gather"]
 
-# Kronecker rule, fitted to the eager CPU benchmark (``python -m model_zoo_checks.benchmarks --fit-kronecker``,
-# C=512, square inputs 5..64 to outputs 3..30): one (Ho*Wo x H*W) matmul beats the separable pair,
+# Kronecker rule, fitted to the eager CPU benchmark (``python -m model_zoo_checks.benchmarks --sections
+# kronecker``, C=512, square inputs 4..64 to outputs 3..17): one (Ho*Wo x H*W) matmul beats the separable pair,
 # forward and backward, while its matrix stays cache-sized — up to ~20k entries when the pool
 # shrinks (20->7: 0.86x/0.98x of separable, 25->7: 0.91x/1.12x, 33->6: 1.09x/1.27x), but only up
 # to ~4k when it grows (5->13: 0.69x forward, 6->17: 1.22x).
