@@ -43,10 +43,12 @@ PoolFamily = Literal["avg", "max"]
 AxisKind = Literal["identity", "reduce", "pool", "upsample", "matrix", "gather"]
 
 # Kronecker rule, fitted to the eager CPU benchmark (``python -m model_zoo_checks.benchmarks --sections
-# kronecker``, C=512, square inputs 4..64 to outputs 3..17): one (Ho*Wo x H*W) matmul beats the separable pair,
-# forward and backward, while its matrix stays cache-sized — up to ~20k entries when the pool
-# shrinks (20->7: 0.86x/0.98x of separable, 25->7: 0.91x/1.12x, 33->6: 1.09x/1.27x), but only up
-# to ~4k when it grows (5->13: 0.69x forward, 6->17: 1.22x).
+# kronecker``, C=512, square inputs 4..64 to outputs 3..17, Kronecker time over separable time,
+# forward and forward+backward): one (Ho*Wo x H*W) matmul wins everywhere up to 19,600 entries
+# (20->7: 0.45x/0.66x timing batches of calls, 0.86x/0.98x timing single calls) and is no faster
+# from 57,600 on (40->6 forward+backward: 1.02x batched, 1.42x single); between them (25->7,
+# 33->6) the two ways of timing disagree, so the limit stays at the safe end. When the pool grows
+# the plane, the forward loses earlier (6->17, 10,404 entries: 0.90x-1.25x), hence a lower limit.
 KRONECKER_MAX_ELEMENTS = 20480
 KRONECKER_MAX_ELEMENTS_GROWING = 4096
 

@@ -90,28 +90,37 @@ def native_pool(family: str, output_size: tuple[int, ...]) -> nn.Module:
 
 
 def side_by_side(contenders: dict[str, Callable[[], object]], repeats: int, warmup: int = 3,
-                 device: str = "cpu") -> dict[str, float]:
-    """Median seconds of each contender, alternating them within every repeat (CUDA events on the GPU)."""
-    for _ in range(warmup):
-        for run in contenders.values():
-            run()
+                 device: str = "cpu", sample_s: float = 2e-3) -> dict[str, float]:
+    """Median seconds per call of each contender, alternating them within every repeat.
+
+    Each sample runs a contender enough times back to back to last about ``sample_s`` (the count
+    is set from the warm-up), so that sub-millisecond cases are not lost in timer noise; on the
+    GPU, CUDA events time the sample.
+    """
+    calls = {}
+    for name, run in contenders.items():
+        for _ in range(warmup):
+            once = _time_calls(run, 1, device)
+        calls[name] = max(1, int(sample_s / max(once, 1e-7)))
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(repeats):
         for name, run in contenders.items():
-            samples[name].append(_time_once(run, device))
+            samples[name].append(_time_calls(run, calls[name], device) / calls[name])
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
-def _time_once(run: Callable[[], object], device: str) -> float:
+def _time_calls(run: Callable[[], object], calls: int, device: str) -> float:
     if device.startswith("cuda"):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        run()
+        for _ in range(calls):
+            run()
         end.record()
         end.synchronize()
         return start.elapsed_time(end) / 1e3
     start_s = time.perf_counter()
-    run()
+    for _ in range(calls):
+        run()
     return time.perf_counter() - start_s
 
 
@@ -195,7 +204,7 @@ def convert_section(repeats: int = 3) -> list[dict[str, Any]]:
         x = torch.randn(1, 3, 224, 224)
         with torch.no_grad():
             times = side_by_side({"forward": lambda: model(x), "convert": lambda: fxpool.convert(model, x)},
-                                 repeats, warmup=1)
+                                 repeats, warmup=1, sample_s=0.0)
         converted = fxpool.convert(model, x)
         nodes = sum(len(m.graph.nodes) for m in converted.modules() if isinstance(m, torch.fx.GraphModule))
         row = {"model": name, "parameters_M": sum(p.numel() for p in model.parameters()) / 1e6,
