@@ -225,6 +225,16 @@ def _load_cases(path: Path) -> list[Case]:
             for record in json.loads(path.read_text())]
 
 
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        k, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard wants K/N like 1/2, got {text!r}")
+    if not 1 <= k <= n:
+        raise argparse.ArgumentTypeError(f"--shard K/N needs 1 <= K <= N, got {text!r}")
+    return k, n
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fxpool zoo", description="torchvision model-zoo sweep")
     parser.add_argument("--models", nargs="*", default=None, help=f"default: {' '.join(DEFAULT_MODELS)}")
@@ -239,16 +249,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--report", default="reports/zoo", help="folder for report.md/json and speedup.png")
     parser.add_argument("--resume", action="store_true",
                         help="keep the passed and skipped cases in REPORT/report.json, run the rest")
+    parser.add_argument("--shard", type=_shard, default=(1, 1), metavar="K/N",
+                        help="run only every N-th case, starting at the K-th (split a sweep over processes)")
+    parser.add_argument("--merge", nargs="+", default=None, metavar="DIR",
+                        help="combine the report.json of these folders (shards) into REPORT, run nothing")
     args = parser.parse_args(argv)
+    if args.merge:
+        merged = {(c.model, c.input_shape): c for d in args.merge for c in _load_cases(Path(d) / "report.json")}
+        cases = sorted(merged.values(), key=lambda c: c.model)  # stable: each model's shapes keep their order
+        write_reports(cases, Path(args.report))
+        print(markdown(cases))
+        return 0 if all(c.status != "fail" for c in cases) else 1
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
     dtypes = tuple(args.dtypes or (["float32"] if args.device == "cpu" else list(DTYPES)))
     names = swept_names() if args.all else list(args.models or DEFAULT_MODELS)
     jobs = [(n, s) for n in names for s in input_shapes(n, args.sizes, with_native=args.all)]
+    shard, shards = args.shard
+    jobs = jobs[shard - 1::shards]
     folder = Path(args.report)
     previous = _load_cases(folder / "report.json") if args.resume else []
     done = {(c.model, c.input_shape): c for c in previous if c.status != "fail"}
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // shards))
     try:
         from tqdm import tqdm
     except ImportError:  # the progress bar is optional

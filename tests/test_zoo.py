@@ -88,3 +88,15 @@ def test_cuda_sweep_case_checks_three_dtypes(tmp_path) -> None:
                      dtypes=tuple(zoo.DTYPES))
     assert case.status == "pass", case.reason
     assert set(case.eager_errors) == set(zoo.DTYPES)
+
+
+def test_shards_split_the_sweep_and_merge_back(tmp_path) -> None:
+    cases = {k: zoo.Case(m, (1, 3, s, s), status="pass", eager_max_error=0.0)
+             for k, (m, s) in enumerate([("alexnet", 160), ("alexnet", 320), ("vgg11", 160)])}
+    zoo.write_reports([cases[0], cases[2]], tmp_path / "a", picture=False)
+    zoo.write_reports([cases[1]], tmp_path / "b", picture=False)
+    assert zoo.main(["--merge", str(tmp_path / "a"), str(tmp_path / "b"), "--report", str(tmp_path / "all")]) == 0
+    merged = zoo._load_cases(tmp_path / "all" / "report.json")
+    assert [(c.model, c.input_shape[-1]) for c in merged] == [("alexnet", 160), ("alexnet", 320), ("vgg11", 160)]
+    with pytest.raises(SystemExit):
+        zoo.main(["--shard", "3/2"])
