@@ -100,3 +100,13 @@ def test_shards_split_the_sweep_and_merge_back(tmp_path) -> None:
     assert [(c.model, c.input_shape[-1]) for c in merged] == [("alexnet", 160), ("alexnet", 320), ("vgg11", 160)]
     with pytest.raises(SystemExit):
         zoo.main(["--shard", "3/2"])
+
+
+def test_a_model_torch_export_cannot_capture_either_way_is_not_blamed_on_fxpool() -> None:
+    class TorchExportError(RuntimeError):
+        pass
+
+    assert zoo._torch_export_cannot_capture(TorchExportError(), TorchExportError())
+    assert not zoo._torch_export_cannot_capture(TorchExportError(), None)  # the original exports: ours must
+    assert not zoo._torch_export_cannot_capture(TorchExportError(), NotImplementedError())
+    assert not zoo._torch_export_cannot_capture(ValueError(), TorchExportError())
