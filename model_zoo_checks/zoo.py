@@ -16,6 +16,7 @@ import argparse
 import copy
 import json
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -230,7 +231,7 @@ def _stock_torchscript(model: torch.nn.Module, x: torch.Tensor, path: str) -> st
 
 
 def _first_line(error: Exception) -> str:
-    text = str(error).strip()
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip()  # torch.onnx colours its messages
     return (text.splitlines()[0] if text else type(error).__name__)[:160]
 
 
