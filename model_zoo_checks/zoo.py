@@ -31,7 +31,8 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 import fxpool
-from fxpool.exporting import op_histogram
+from fxpool.errors import ExportVerificationError
+from fxpool.exporting import op_histogram, run_onnxruntime, verify_onnx
 
 from .catalog import KNOWN_LIMITATIONS, build, input_shapes, swept_names
 from .reporting import counts, markdown, write_reports
@@ -131,11 +132,14 @@ def check(name: str, shape: tuple[int, ...], workdir: str, exporters: Sequence[s
             case.eager_errors = eager_errors(model, x, device, dtypes)
             over = {d: e for d, e in case.eager_errors.items() if e > EAGER_TOLERANCE[d]}
             assert not over, f"eager error over tolerance on {device}: {over}"
-        case.stock_torchscript = _stock_torchscript(model, x, _export_path(casedir, name, "orig_ts"))
+        stock_path = _export_path(casedir, name, "orig_ts")
+        case.stock_torchscript = _stock_torchscript(model, x, stock_path)
         case.ort_provider = ort_provider(device)
         if "torchscript" in exporters:
             path = _export_path(casedir, name, "ts")
-            case.torchscript_ort_error = fxpool.export(model, x, path, dynamo=False, rtol=1e-3, atol=1e-4).max_abs_error
+            fxpool.export(model, x, path, dynamo=False, verify=False)
+            reference = stock_path if case.stock_torchscript == "ok" else None
+            case.torchscript_ort_error = _verified(path, model, x, expected, reference, notes)
         if "dynamo" in exporters:
             graphs = {}
             original = _export_path(casedir, name, "orig_dynamo")
@@ -149,14 +153,15 @@ def check(name: str, shape: tuple[int, ...], workdir: str, exporters: Sequence[s
                 notes.append(f"dynamo export of the original fails: {_first_line(error)}")
             path = _export_path(casedir, name, "dynamo")
             try:
-                result = fxpool.export(model, x, path, dynamo=True, rtol=1e-3, atol=1e-4)
+                result = fxpool.export(model, x, path, dynamo=True, verify=False)
             except Exception as error:
                 if not _torch_export_cannot_capture(error, original_error):
                     raise
                 notes.append("torch.export cannot capture this model, the original no more than the converted one; "
                              "dynamo export not checked")
             else:
-                case.dynamo_ort_error, case.converted_ops = result.max_abs_error, result.op_histogram
+                case.dynamo_ort_error = _verified(path, model, x, expected, graphs.get("original"), notes)
+                case.converted_ops = result.op_histogram
                 graphs = {"converted": path, **graphs}
                 sessions = ort_sessions(graphs, case.ort_provider)
                 if case.ort_provider != "CPUExecutionProvider":
@@ -214,6 +219,32 @@ def max_error(got: Any, want: Any, relative: bool = False) -> float:
             error = (a - b).abs().max().item()
             worst = max(worst, error / max(b.abs().max().item(), 1e-30) if relative else error)
     return worst
+
+
+def _verified(path: str, model: torch.nn.Module, x: torch.Tensor, expected: Any, reference: str | None,
+              notes: list[str]) -> float:
+    """onnxruntime's max error against PyTorch, after ``fxpool.verify_onnx``'s checks.
+
+    Where onnxruntime and PyTorch disagree and the stock export of the original (``reference``)
+    disagrees with PyTorch as well, the graph passes if onnxruntime gives the same outputs for it
+    as for the stock graph: detection heads with random weights produce tied scores, which the two
+    runtimes order differently, with or without fxpool.
+    """
+    try:
+        return verify_onnx(path, model, (x,), rtol=1e-3, atol=1e-4)[0]
+    except ExportVerificationError:
+        if reference is None:
+            raise
+        failed = path + ".failed"
+        ours, stock = run_onnxruntime(failed, (x,)), run_onnxruntime(reference, (x,))
+        stock_error = max_error(stock, expected)
+        gap = max_error(ours, [torch.from_numpy(a) for a in stock])
+        if gap > 1e-4 * max(1.0, max(float(abs(a).max()) for a in stock if a.size)):
+            raise
+        os.replace(failed, path)
+        notes.append(f"onnxruntime differs from PyTorch (up to {max_error(ours, expected):.3g}) as it does on the "
+                     f"stock export of the original ({stock_error:.3g}); fxpool's graph agrees with that one to {gap:.1e}")
+        return max_error(ours, expected)
 
 
 def _torch_export_cannot_capture(ours: Exception, original: Exception | None) -> bool:
