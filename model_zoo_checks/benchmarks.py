@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import tempfile
-import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +31,9 @@ from torch import nn
 import fxpool
 from fxpool.planning import choose_plan, kronecker_cost
 from fxpool.replacements import averaging_matrix, kronecker_matrix, matmul_along
+
+from .reporting import first_line
+from .timing import side_by_side
 
 # (name, family, input shape, output size)
 SHAPES: tuple[tuple[str, str, tuple[int, ...], tuple[int, ...]], ...] = (
@@ -89,41 +90,6 @@ def native_pool(family: str, output_size: tuple[int, ...]) -> nn.Module:
     return modules[family, len(output_size)](output_size)
 
 
-def side_by_side(contenders: dict[str, Callable[[], object]], repeats: int, warmup: int = 3,
-                 device: str = "cpu", sample_s: float = 2e-3) -> dict[str, float]:
-    """Median seconds per call of each contender, alternating them within every repeat.
-
-    Each sample runs a contender enough times back to back to last about ``sample_s`` (the count
-    is set from the warm-up), so that sub-millisecond cases are not lost in timer noise; on the
-    GPU, CUDA events time the sample.
-    """
-    calls = {}
-    for name, run in contenders.items():
-        for _ in range(warmup):
-            once = _time_calls(run, 1, device)
-        calls[name] = max(1, int(sample_s / max(once, 1e-7)))
-    samples: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(repeats):
-        for name, run in contenders.items():
-            samples[name].append(_time_calls(run, calls[name], device) / calls[name])
-    return {name: statistics.median(values) for name, values in samples.items()}
-
-
-def _time_calls(run: Callable[[], object], calls: int, device: str) -> float:
-    if device.startswith("cuda"):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            run()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3
-    start_s = time.perf_counter()
-    for _ in range(calls):
-        run()
-    return time.perf_counter() - start_s
-
-
 def copy_bandwidth(nbytes: int = 64 << 20, repeats: int = 9) -> float:
     """Bytes per second of a plain tensor copy (read + write), measured now."""
     src = torch.empty(nbytes // 4)
@@ -164,7 +130,7 @@ def onnx_case(family: str, shape: tuple[int, ...], output: tuple[int, ...], repe
         torch.onnx.export(native, (x,), theirs_path, dynamo=True)
         paths.append(("dynamo_original", theirs_path))
     except Exception as error:  # e.g. adaptive max pooling at non-divisible sizes, 3d: ours runs alone
-        row["dynamo_original_error"] = (str(error).strip() or type(error).__name__).splitlines()[0][:160]
+        row["dynamo_original_error"] = first_line(error)
     sessions = {name: onnxruntime.InferenceSession(p, providers=["CPUExecutionProvider"]) for name, p in paths}
     feeds = {name: {s.get_inputs()[0].name: x.numpy()} for name, s in sessions.items()}
     row.update({f"ort_{name}": t for name, t in side_by_side(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
@@ -20,6 +21,12 @@ def write_reports(cases: Sequence[Any], folder: Path, picture: bool = True) -> N
         plot(cases, folder / "speedup.png")
     except ImportError:  # matplotlib is optional
         pass
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message, without the terminal colours torch.onnx adds, for a report."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:160]
 
 
 def counts(cases: Sequence[Any]) -> dict[str, int]:

@@ -16,9 +16,7 @@ import argparse
 import copy
 import json
 import os
-import re
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -35,7 +33,8 @@ from fxpool.errors import ExportVerificationError
 from fxpool.exporting import op_histogram, run_onnxruntime, verify_onnx
 
 from .catalog import KNOWN_LIMITATIONS, build, input_shapes, swept_names
-from .reporting import counts, markdown, write_reports
+from .reporting import counts, first_line, markdown, write_reports
+from .timing import side_by_side
 
 DEFAULT_MODELS = ("alexnet", "vgg11", "resnet18", "densenet121", "mobilenet_v2", "googlenet", "squeezenet1_1",
                   "efficientnet_b0", "mobilenet_v3_small", "r3d_18", "pspnet_resnet18", "vgg11_max_pool")
@@ -90,14 +89,9 @@ def ort_latencies(sessions: dict[str, Any], x: torch.Tensor, repeats: int = 9) -
     """Median milliseconds per graph, the graphs alternating within every repeat after a warm-up run,
     so that load from elsewhere on the machine falls on all of them alike."""
     feeds = {name: {s.get_inputs()[0].name: x.cpu().numpy()} for name, s in sessions.items()}
-    samples: dict[str, list[float]] = {name: [] for name in sessions}
-    for repeat in range(repeats + 1):
-        for name, session in sessions.items():
-            start = time.perf_counter()
-            session.run(None, feeds[name])
-            if repeat:
-                samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) * 1e3 for name, values in samples.items()}
+    seconds = side_by_side({name: (lambda s=s, f=feeds[name]: s.run(None, f)) for name, s in sessions.items()},
+                           repeats, warmup=1, sample_s=0.0)
+    return {name: value * 1e3 for name, value in seconds.items()}
 
 
 def check(name: str, shape: tuple[int, ...], workdir: str, exporters: Sequence[str], device: str = "cpu",
@@ -150,7 +144,7 @@ def check(name: str, shape: tuple[int, ...], workdir: str, exporters: Sequence[s
                 graphs["original"] = original
             except Exception as error:
                 original_error = error
-                notes.append(f"dynamo export of the original fails: {_first_line(error)}")
+                notes.append(f"dynamo export of the original fails: {first_line(error)}")
             path = _export_path(casedir, name, "dynamo")
             try:
                 result = fxpool.export(model, x, path, dynamo=True, verify=False)
@@ -237,14 +231,14 @@ def _verified(path: str, model: torch.nn.Module, x: torch.Tensor, expected: Any,
             raise
         failed = path + ".failed"
         ours, stock = run_onnxruntime(failed, (x,)), run_onnxruntime(reference, (x,))
-        stock_error = max_error(stock, expected)
         gap = max_error(ours, [torch.from_numpy(a) for a in stock])
         if gap > 1e-4 * max(1.0, max(float(abs(a).max()) for a in stock if a.size)):
             raise
         os.replace(failed, path)
-        notes.append(f"onnxruntime differs from PyTorch (up to {max_error(ours, expected):.3g}) as it does on the "
-                     f"stock export of the original ({stock_error:.3g}); fxpool's graph agrees with that one to {gap:.1e}")
-        return max_error(ours, expected)
+        error = max_error(ours, expected)
+        notes.append(f"onnxruntime differs from PyTorch (up to {error:.3g}) as it does on the stock export of the "
+                     f"original ({max_error(stock, expected):.3g}); fxpool's graph agrees with that one to {gap:.1e}")
+        return error
 
 
 def _torch_export_cannot_capture(ours: Exception, original: Exception | None) -> bool:
@@ -258,12 +252,7 @@ def _stock_torchscript(model: torch.nn.Module, x: torch.Tensor, path: str) -> st
         torch.onnx.export(model, (x,), path, dynamo=False)
         return "ok"
     except Exception as error:
-        return f"fails: {_first_line(error)}"
-
-
-def _first_line(error: Exception) -> str:
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip()  # torch.onnx colours its messages
-    return (text.splitlines()[0] if text else type(error).__name__)[:160]
+        return f"fails: {first_line(error)}"
 
 
 def _load_cases(path: Path) -> list[Case]:
