@@ -88,6 +88,9 @@ MODULE_FORMS: tuple[tuple[type[nn.Module], PoolFamily, int], ...] = (
 )
 
 
+POOL_CLASS_NAMES = frozenset(cls.__name__ for cls, _, _ in MODULE_FORMS)
+
+
 def is_pool_function(func: Any) -> bool:
     """True for every function spelling of an adaptive pool (interpolate counts; check its mode)."""
     try:
@@ -121,17 +124,29 @@ def normalize_output_size(output_size: Any, spatial_dims: int, where: str) -> tu
     return sizes
 
 
+def runs_own_forward(module: nn.Module, cls: type[nn.Module]) -> bool:
+    """True when ``module`` computes something else than ``cls.forward``: a subclass overriding it, or
+    a ``forward`` set on the instance. Such a module is not a pool; fxpool traces into it instead."""
+    return type(module).forward is not cls.forward or "forward" in vars(module)
+
+
 def describe_module(module: nn.Module) -> PoolCall | None:
-    """The pool call a module makes, or ``None`` when it is not an adaptive pool."""
+    """The pool call a module makes, or ``None`` when it is not an adaptive pool.
+
+    A subclass that overrides ``forward`` is not a pool call itself: its forward may do anything
+    around the pool (flatten, scale), so it is traced like any other module.
+    """
     for cls, family, dims in MODULE_FORMS:
         if isinstance(module, cls):
+            if runs_own_forward(module, cls):
+                return None
             where = f"nn.{cls.__name__}"
             return PoolCall(
                 family, dims, where, "module",
                 normalize_output_size(module.output_size, dims, where),
                 return_indices=bool(getattr(module, "return_indices", False)),
             )
-    if isinstance(module, nn.Upsample) and module.mode == "area":
+    if isinstance(module, nn.Upsample) and module.mode == "area" and not runs_own_forward(module, nn.Upsample):
         size = module.size
         return PoolCall("avg", None, "nn.Upsample(mode='area')", "module",
                         None if size is None else _as_tuple(size))

@@ -1,35 +1,47 @@
-"""``convert`` and ``plan``: find every adaptive pool of a model and replace it exactly.
+"""``convert`` and ``plan``: find every adaptive pool of a model, replace it exactly, and check.
 
 The steps, each in its own module:
 
 1. :func:`~fxpool.recording.record_pool_calls` runs the model once, without side effects, and
-   records every pool call with its input and output sizes;
+   records every pool call with its input and output sizes, and the model's output;
 2. the model's module tree is copied over the same tensors (:func:`~fxpool.copying.structural_copy`);
 3. the copy is traced whole with torch.fx; where that fails, the largest submodules that do trace
    are converted instead, pool modules inside untraceable code are swapped directly, and
-   functional calls that neither reaches are reported;
+   functional calls that neither reaches are reported. Modules with hooks of their own are kept
+   as they are (their hooks run) and converted below; a pool's hooks move to its replacement;
 4. each pool node is matched with its recorded call, :func:`~fxpool.planning.choose_plan` picks
-   its replacement and :func:`~fxpool.graph_pass.replace_nodes` swaps it in.
+   its replacement and :func:`~fxpool.graph_pass.replace_nodes` swaps it in;
+5. :func:`~fxpool.checking.self_check` runs the result once on the example: each replacement
+   against the native pool on its own input, the whole model against the recorded output. A
+   replacement that disagrees is undone; a traced graph whose model output disagrees is converted
+   below instead; then the check runs again.
 
-Every decision becomes a :class:`~fxpool.report.PoolRecord`.
+Every decision becomes a :class:`~fxpool.report.PoolRecord`; the check is in the report too.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
 from torch import fx, nn
 
-from .calls import PoolCall, describe_module
-from .copying import structural_copy
-from .errors import UnconvertedPoolError
+from .calls import POOL_CLASS_NAMES, PoolCall, describe_module
+from .checking import SelfCheck, self_check
+from .copying import carry_hooks, structural_copy
+from .dynamic import DynamicAdaptiveAvgPool
+from .errors import SelfCheckError, UnconvertedPoolError, UnsupportedModelError
+from .globalstate import LOCK
 from .graph_pass import module_uses, pool_nodes, replace_nodes, trace
 from .planning import choose_plan
 from .recording import PoolEvent, Recording, normalize_example, record_pool_calls
-from .dynamic import DynamicAdaptiveAvgPool
 from .replacements import ExactAdaptivePool
 from .report import REPORT_ATTRIBUTE, ConversionReport, PoolRecord
+
+# A conversion that fails its self-check is redone with what failed undone; each round undoes at
+# least one replacement or one level of tracing, so this bounds only pathological models.
+MAX_CHECK_ROUNDS = 16
 
 
 def convert(model: nn.Module, example_input: Any, *, strict: bool = False, dynamic: bool = False) -> nn.Module:
@@ -41,15 +53,21 @@ def convert(model: nn.Module, example_input: Any, *, strict: bool = False, dynam
     :class:`~fxpool.errors.SpatialSizeError` on other sizes, unless ``dynamic=True``, under which
     every pool computes its windows from the size it is given.
 
-    The caller's model is never changed. The result shares its parameters and buffers (the same
-    tensors, no copy) and copies only the module objects; :func:`~fxpool.report.report_of` gives
-    its :class:`~fxpool.report.ConversionReport`. With ``strict=True`` any pool that would be left
-    to PyTorch raises :class:`~fxpool.errors.UnconvertedPoolError` instead.
+    The converted model is run once on the example and compared with the original (the report's
+    ``check``); what disagrees is undone. The caller's model is never changed. The result shares
+    its parameters and buffers (the same tensors, no copy) and copies only the module objects;
+    :func:`~fxpool.report.report_of` gives its :class:`~fxpool.report.ConversionReport`. With
+    ``strict=True`` any pool that would be left to PyTorch raises
+    :class:`~fxpool.errors.UnconvertedPoolError`, and a self-check that did not pass at once raises
+    :class:`~fxpool.errors.SelfCheckError`.
 
     >>> import torch, torchvision
+    >>> from fxpool import report_of
     >>> converted = convert(torchvision.models.vgg11(weights=None), torch.randn(1, 3, 160, 160))
     >>> print(report_of(converted).records[0].replacement)
     kron-matmul HW 5x5->7x7
+    >>> report_of(converted).check.status
+    'passed'
     """
     converted, report = _convert(model, example_input, dynamic)
     if strict and report.unconverted:
@@ -57,6 +75,8 @@ def convert(model: nn.Module, example_input: Any, *, strict: bool = False, dynam
             f"strict=True and {len(report.unconverted)} adaptive pool(s) would be left to PyTorch:\n"
             + ConversionReport(report.unconverted).table()
         )
+    if strict and report.check is not None and report.check.status not in ("passed", "skipped"):
+        raise SelfCheckError(f"strict=True and the self-check did not pass at once: {report.check.summary()}")
     setattr(converted, REPORT_ATTRIBUTE, report)
     return converted
 
@@ -67,46 +87,133 @@ def plan(model: nn.Module, example_input: Any, *, dynamic: bool = False) -> Conv
 
 
 def _convert(model: nn.Module, example_input: Any, dynamic: bool) -> tuple[nn.Module, ConversionReport]:
+    if isinstance(model, torch.jit.ScriptModule):
+        raise UnsupportedModelError(
+            f"fxpool.convert got a TorchScript module ({type(model).__name__}); TorchScript code cannot be "
+            f"traced or rewritten. Pass the Python nn.Module you scripted (before torch.jit.script/trace), "
+            f"and script the converted model if you need TorchScript.")
     if not isinstance(model, nn.Module):
         raise TypeError(f"fxpool.convert needs an nn.Module, got {type(model).__name__}")
     args = normalize_example(example_input)
-    recording = record_pool_calls(model, args)
-    conversion = _Conversion(recording, dynamic)
-    converted = conversion.module(structural_copy(model), "")
-    report = ConversionReport(tuple(conversion.records), tuple(conversion.traced), tuple(conversion.untraceable))
+    with LOCK:  # the example runs fork the global RNGs and torch.fx patches nn.Module while it traces
+        recording = record_pool_calls(model, args)
+        undo = _Undo()
+        first: tuple[nn.Module, _Conversion, SelfCheck] | None = None
+        for _ in range(MAX_CHECK_ROUNDS):
+            conversion = _Conversion(recording, dynamic, undo, _fallback_device(model))
+            converted = conversion.module(structural_copy(model), "")
+            check = self_check(converted, args, recording.output) if conversion.changed else _unchanged_check()
+            first = first or (converted, conversion, check)
+            if check.status != "failed":
+                break
+            if not undo.learn(check, conversion) or _nondeterministic(model, args, recording):
+                converted, conversion, check = first
+                check = _inconclusive(check)
+                break
+        check = check.with_actions(tuple(undo.actions))
+    report = ConversionReport(tuple(conversion.records), tuple(conversion.traced), tuple(conversion.untraceable),
+                              check)
     return converted, report
+
+
+def _unchanged_check() -> SelfCheck:
+    return SelfCheck("skipped", "nothing was replaced, so the model is the original")
+
+
+def _inconclusive(check: SelfCheck) -> SelfCheck:
+    return SelfCheck("inconclusive", check.compared, check.output_error, check.output_tolerance, check.replacements,
+                     (check.mismatch or "") + "; the original itself gives other outputs on a second run of the "
+                     "example (it is not deterministic), so the comparison cannot decide")
+
+
+def _nondeterministic(model: nn.Module, args: tuple[Any, ...], recording: Recording) -> bool:
+    """True when a second run of the unconverted model already differs from the recorded output."""
+    return self_check(structural_copy(model), args, recording.output).status == "failed"
+
+
+def _fallback_device(model: nn.Module) -> torch.device:
+    """Where replacement constants go when the example is on the meta device: beside the weights."""
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        if tensor.device.type != "meta":
+            return tensor.device
+    return torch.device("cpu")
+
+
+@dataclass
+class _Undo:
+    """What earlier rounds of the self-check refused: replacements by location, traces by module name."""
+
+    replacements: dict[str, str] = field(default_factory=dict)
+    traces: dict[str, str] = field(default_factory=dict)
+    actions: list[str] = field(default_factory=list)
+
+    def learn(self, check: SelfCheck, conversion: _Conversion) -> bool:
+        """Record what to undo after a failed check; False when nothing is left to undo."""
+        if check.failed_replacements:
+            for failed in check.failed_replacements:
+                why = (f"self-check: this replacement differed from the native pool by {failed.max_error:.3g} "
+                       f"(allowed {failed.tolerance:.3g}), so it was undone")
+                self.replacements[failed.location] = why
+                self.actions.append(f"{failed.location}: {why}")
+            return True
+        blamed = [name for name in conversion.traced if name not in self.traces]
+        if not blamed:
+            return False
+        outermost = min(name.count(".") + bool(name) for name in blamed)
+        for name in blamed:
+            if name.count(".") + bool(name) == outermost:
+                why = (f"self-check: traced as one graph, the model's output differed from the original "
+                       f"({check.mismatch}), so it was converted below instead")
+                self.traces[name] = why
+                self.actions.append(f"{name or '<root>'}: {why}")
+        return True
 
 
 class _Conversion:
     """Walks the module tree top-down, converting the largest parts that trace."""
 
-    def __init__(self, recording: Recording, dynamic: bool) -> None:
+    def __init__(self, recording: Recording, dynamic: bool, undo: _Undo, fallback_device: torch.device) -> None:
         self.recording = recording
         self.dynamic = dynamic
+        self.undo = undo
+        self.fallback_device = fallback_device
         self.records: list[PoolRecord] = []
         self.traced: list[str] = []
         self.untraceable: list[tuple[str, str]] = []
         self.done: dict[int, nn.Module] = {}
+        self.changed = False
 
     def module(self, module: nn.Module, name: str) -> nn.Module:
         if id(module) in self.done:  # a submodule shared by two parents is converted once
             return self.done[id(module)]
-        events = self.recording.within(name)
-        if not events:
-            result = module
-        elif describe_module(module) is not None:
-            result = self._pool_module(module, name)
-        else:
-            try:
-                gm = trace(module)
-            except Exception as error:  # torch.fx's trace errors have no common base class
-                result = self._descend(module, name, _first_line(error), events)
-            else:
-                result = self._graph(module, gm, name, events)
+        self.done[id(module)] = module  # a module holding itself below must not recurse
+        result = self._convert_module(module, name)
         self.done[id(module)] = result
         return result
 
-    def _graph(self, module: nn.Module, gm: fx.GraphModule, name: str, events: list[PoolEvent]) -> nn.Module:
+    def _convert_module(self, module: nn.Module, name: str) -> nn.Module:
+        if isinstance(module, torch.jit.ScriptModule):
+            self._scripted(module, name)
+            return module
+        events = self.recording.within(name)
+        if not events:
+            return module
+        if describe_module(module) is not None:
+            return self._pool_module(module, name)
+        if type(module).forward is nn.Module.forward:  # a container (ModuleList, ModuleDict): never called
+            return self._descend(module, name, None, events)
+        if name in self.undo.traces:
+            return self._descend(module, name, self.undo.traces[name], events)
+        try:
+            traced = trace(module)
+        except Exception as error:  # torch.fx's trace errors have no common base class
+            return self._descend(module, name, _first_line(error), events)
+        return self._graph(module, traced.graph_module, traced.opaque_leaves, name, events)
+
+    def _graph(self, module: nn.Module, gm: fx.GraphModule, opaque: tuple[str, ...], name: str,
+               events: list[PoolEvent]) -> nn.Module:
+        inside_opaque = {id(e) for leaf in opaque for e in self.recording.within(_join(name, leaf))}
+        events = [e for e in events if id(e) not in inside_opaque]
         nodes = pool_nodes(gm)
         runs = _runs_of(name, events)
         mismatch = _mismatch(nodes, runs)
@@ -117,8 +224,10 @@ class _Conversion:
         calls_of: dict[str, int] = {}
         for k, pool in enumerate(nodes):
             node_events = [run[k] for run in runs]
+            hooks_from: nn.Module | None = None
             if pool.node.op == "call_module":
                 location = _join(name, str(pool.node.target))
+                hooks_from = gm.get_submodule(str(pool.node.target))
                 if module_uses(gm, pool.node.target) > 1:
                     calls_of[location] = calls_of.get(location, 0) + 1
                     location += f"#{calls_of[location] - 1}"
@@ -126,11 +235,21 @@ class _Conversion:
                 location = f"{node_events[0].innermost or '<root>'}:{pool.node.name}"
             replacement = self._decide(pool.call, node_events, location)
             if replacement is not None:
+                if hooks_from is not None:
+                    carry_hooks(hooks_from, replacement)
                 replacements[pool.node] = replacement
-        if not replacements:
-            return module
-        result = replace_nodes(gm, replacements).graph_module
-        _keep_plain_attributes(module, result)
+        result: nn.Module = module
+        if replacements:
+            result = replace_nodes(gm, replacements).graph_module
+            _keep_plain_attributes(module, result)
+            carry_hooks(module, result)  # a trace runs forward, not __call__: the root's hooks are not in it
+            self.changed = True
+        for leaf in opaque:  # hooked and scripted leaves: their calls stay as they are; convert below them
+            child = result.get_submodule(leaf)
+            new = self.module(child, _join(name, leaf))
+            if new is not child:
+                owner, _, attribute = leaf.rpartition(".")
+                setattr(result.get_submodule(owner) if owner else result, attribute, new)
         return result
 
     def _pool_module(self, module: nn.Module, name: str) -> nn.Module:
@@ -138,51 +257,69 @@ class _Conversion:
         call = describe_module(module)
         assert call is not None
         replacement = self._decide(call, events, name or "<root>")
-        return module if replacement is None else replacement
+        if replacement is None:
+            return module
+        carry_hooks(module, replacement)
+        self.changed = True
+        return replacement
 
-    def _descend(self, module: nn.Module, name: str, why: str, events: list[PoolEvent]) -> nn.Module:
-        self.untraceable.append((name, why))
+    def _descend(self, module: nn.Module, name: str, why: str | None, events: list[PoolEvent]) -> nn.Module:
+        if why is not None:
+            self.untraceable.append((name, why))
         for child_name, child in list(module.named_children()):
             new = self.module(child, _join(name, child_name))
             if new is not child:
                 setattr(module, child_name, new)
         direct = [e for e in events if e.module_name is None and e.innermost == name]
         for k, event in enumerate(direct):
-            self.records.append(_record(
-                event, f"{name or '<root>'}:{event.call.op}#{k}", None,
+            self.records.append(_unconverted(
+                event, f"{name or '<root>'}:{event.call.op}#{k}",
                 f"functional call inside the forward of {name or 'the model'}, which torch.fx cannot trace "
                 f"({why}); move the call into a submodule, or make that forward traceable",
             ))
         return module
 
+    def _scripted(self, module: torch.jit.ScriptModule, name: str) -> None:
+        for sub_name, sub in module.named_modules():
+            if getattr(sub, "original_name", None) in POOL_CLASS_NAMES:
+                self.records.append(PoolRecord(
+                    location=_join(name, sub_name) or "<root>", form="module", op=f"nn.{sub.original_name}",
+                    input_shape=None, output_size="?", output_shape=None, converted=False,
+                    replacement="left to PyTorch",
+                    reason="inside a TorchScript (torch.jit.script) submodule, which fxpool can neither see into "
+                           "nor rewrite; script it after converting instead",
+                ))
+
     def _decide(self, call: PoolCall, events: Sequence[PoolEvent], location: str) -> nn.Module | None:
         """The replacement of one pool seen in ``events`` (one per run), recording the decision."""
-        event = events[0]
-        why_not = _why_not(call, events)
-        if why_not:
-            self.records.append(_record(event, location, None, why_not, call))
+        event = events[0] if events else None
+        why_not = self.undo.replacements.get(location) or _why_not(call, events)
+        if why_not or event is None:
+            self.records.append(_unconverted(event, location, why_not or "never ran", call))
             return None
         dims = event.spatial_dims
         in_sizes = event.input_shape[-dims:]
         out_sizes = event.output_shape[-dims:]
         follows = tuple(s is None for s in call.output_size) if call.output_size else (False,) * dims
-        pool_plan = choose_plan(call.family, in_sizes, out_sizes, follows)
+        pool_plan = choose_plan(call.family, in_sizes, out_sizes, follows, scaled_output=call.output_size is None)
         weight_dtype = torch.float64 if event.dtype == torch.float64 else torch.float32
+        device = self.fallback_device if event.device.type == "meta" else event.device
         if self.dynamic and not pool_plan.size_agnostic:
             why_not_dynamic = _why_not_dynamic(call)
             if why_not_dynamic:
-                self.records.append(_record(event, location, None, why_not_dynamic, call))
+                self.records.append(_unconverted(event, location, why_not_dynamic, call))
                 return None
             replacement: nn.Module = DynamicAdaptiveAvgPool(call.output_size or out_sizes, where=location)
             description = "dynamic matmul (windows from the runtime size)"
             reason = "dynamic=True; at the traced size: " + pool_plan.reasons()
             agnostic = True
         else:
-            replacement = ExactAdaptivePool(pool_plan, location, weight_dtype, event.device,
+            replacement = ExactAdaptivePool(pool_plan, location, weight_dtype, device,
                                             batched=len(event.input_shape) == dims + 2)
             description = pool_plan.describe()
             reason = pool_plan.reasons()
             agnostic = pool_plan.size_agnostic
+        replacement.train(False)  # replacements hold no training-dependent state; keep them out of train mode
         self.records.append(PoolRecord(
             location=location, form=call.form, op=call.op, input_shape=event.input_shape,
             output_size=call.requested if call.output_size is not None else str(out_sizes),
@@ -220,13 +357,13 @@ def _why_not_dynamic(call: PoolCall) -> str | None:
     return None
 
 
-def _record(event: PoolEvent, location: str, replacement: str | None, reason: str,
-            call: PoolCall | None = None) -> PoolRecord:
-    call = call or event.call
+def _unconverted(event: PoolEvent | None, location: str, reason: str, call: PoolCall | None = None) -> PoolRecord:
+    call = call or (event.call if event is not None else None)
+    assert call is not None
     return PoolRecord(
-        location=location, form=call.form, op=call.op, input_shape=event.input_shape,
-        output_size=call.requested, output_shape=event.output_shape, converted=False,
-        replacement=replacement or "left to PyTorch", reason=reason, source=event.source,
+        location=location, form=call.form, op=call.op, input_shape=None if event is None else event.input_shape,
+        output_size=call.requested, output_shape=None if event is None else event.output_shape, converted=False,
+        replacement="left to PyTorch", reason=reason, source=None if event is None else event.source,
     )
 
 

@@ -4,6 +4,9 @@
 hook dicts) over the *same* parameter and buffer tensors: replacing a submodule of the copy never
 reaches the original, and no parameter memory is doubled. ``clone_buffers=True`` also clones the
 buffers, so a forward pass on the copy (batch-norm in train mode, say) cannot write the original's.
+
+:func:`has_hooks` and :func:`carry_hooks` let a module that stands in for another keep the hooks
+users registered on it.
 """
 
 from __future__ import annotations
@@ -13,16 +16,41 @@ import copy
 import torch
 from torch import nn
 
+# Every per-module hook dict of nn.Module, forward and backward, state-dict hooks included.
+HOOK_DICTS = (
+    "_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
+    "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs",
+    "_backward_hooks", "_backward_pre_hooks", "_is_full_backward_hook",
+    "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks",
+)
+# The hooks that change what a call computes or observes (state-dict hooks do not).
+CALL_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
 
 def structural_copy(module: nn.Module, *, clone_buffers: bool = False) -> nn.Module:
     """A copy of ``module``'s tree of module objects over the same parameters (and buffers)."""
     return _copy(module, clone_buffers, {})
 
 
+def shallow_module_copy(module: nn.Module) -> nn.Module:
+    """A new object of the module's class with the same attribute values.
+
+    ``copy.copy`` goes through ``__reduce_ex__``, which parametrized modules (weight_norm,
+    spectral_norm, ``torch.nn.utils.parametrize``) refuse; only classes with their own ``__copy__``
+    (GraphModule builds its generated class anew there) use it.
+    """
+    cls = type(module)
+    if getattr(cls, "__copy__", None) is not None:
+        return copy.copy(module)
+    new = cls.__new__(cls)
+    new.__dict__.update(module.__dict__)
+    return new
+
+
 def _copy(module: nn.Module, clone_buffers: bool, memo: dict[int, nn.Module]) -> nn.Module:
     if id(module) in memo:  # a submodule shared between two places stays shared
         return memo[id(module)]
-    new = copy.copy(module)
+    new = shallow_module_copy(module)
     memo[id(module)] = new
     for name, value in list(vars(new).items()):
         # Hook dicts, the buffer-name set and friends would otherwise be shared with the original.
@@ -33,3 +61,19 @@ def _copy(module: nn.Module, clone_buffers: bool, memo: dict[int, nn.Module]) ->
     if clone_buffers:
         new._buffers = {name: None if b is None else b.detach().clone() for name, b in module._buffers.items()}
     return new
+
+
+def has_hooks(module: nn.Module) -> bool:
+    """True when a hook is registered on the module itself for its calls (forward or backward)."""
+    return any(getattr(module, name, None) for name in CALL_HOOK_DICTS)
+
+
+def carry_hooks(source: nn.Module, target: nn.Module) -> None:
+    """Give ``target`` copies of every hook dict of ``source``, so its calls run the same hooks.
+
+    The hooks then receive ``target`` as their module argument.
+    """
+    for name in HOOK_DICTS:
+        value = getattr(source, name, None)
+        if value:
+            setattr(target, name, copy.copy(value))

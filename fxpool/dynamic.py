@@ -34,6 +34,11 @@ class DynamicAdaptiveAvgPool(nn.Module):
         self.out_sizes = tuple(out_sizes)
         self.where = where
 
+    @property
+    def fxpool_native_reference(self) -> tuple[str, tuple[int | None, ...]]:
+        """The family and output_size of the native pool this module stands for (for the self-check)."""
+        return "avg", self.out_sizes
+
     def extra_repr(self) -> str:
         return f"output_size={self.out_sizes}, windows from the runtime size"
 

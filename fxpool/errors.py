@@ -25,3 +25,11 @@ class SpatialSizeError(FxpoolError, ValueError):
 
 class ExportVerificationError(FxpoolError):
     """An exported ONNX graph failed its check or disagreed with PyTorch."""
+
+
+class UnsupportedModelError(FxpoolError, TypeError):
+    """The model is of a kind fxpool cannot convert (a TorchScript module, say)."""
+
+
+class SelfCheckError(FxpoolError):
+    """``strict=True`` and the converted model did not match the original on the example at once."""

@@ -1,9 +1,15 @@
 """The torch.fx pass: trace a module, find its adaptive pool nodes, swap them for replacements.
 
-:func:`trace` treats every adaptive pool module (and fxpool's own replacements) as a leaf, so each
-pool is one node, and refuses code that branches on ``torch.onnx.is_in_onnx_export()``: a trace
-would keep only the eager branch and silently drop what the model does under export, so such a
-module stays Python and is converted below it. :func:`pool_nodes` lists the pool nodes in
+:func:`trace` treats as leaves, so that each is one node run as it is:
+
+- every adaptive pool module (and fxpool's own replacements), so each pool is one node;
+- every module with hooks of its own, since a trace would run them once on proxies and drop them
+  (a feature-capture hook would stop firing); fxpool converts below such a module separately;
+- TorchScript modules, which torch.fx cannot trace into.
+
+It refuses code that branches on ``torch.onnx.is_in_onnx_export()``: a trace would keep only the
+eager branch and silently drop what the model does under export, so such a module stays Python
+and is converted below it. :func:`pool_nodes` lists the pool nodes in
 execution order with their :class:`~fxpool.calls.PoolCall`. :func:`replace_nodes` swaps nodes
 for modules and returns what it changed; it ends with dead-code elimination, removal of unused
 submodules, ``lint`` and ``recompile``. Nothing here knows of ONNX or of how replacements are chosen.
@@ -12,21 +18,34 @@ submodules, ``lint`` and ``recompile``. Nothing here knows of ONNX or of how rep
 from __future__ import annotations
 
 from dataclasses import dataclass
-from unittest import mock
 
 import torch
 from torch import fx, nn
 
 from .calls import PoolCall, describe_function, describe_module
+from .copying import has_hooks
+from .globalstate import LOCK, refusing_export_branches
 
 NODE_POOL_CALL = "fxpool_pool_call"  # node.meta key: the PoolCall of a pool node
 
 
 class PoolLeafTracer(fx.Tracer):
-    """An fx tracer that keeps adaptive pools (and fxpool's replacements) as single nodes."""
+    """An fx tracer that keeps pools, hooked modules and scripted modules as single nodes.
+
+    ``opaque_leaves`` collects the qualified names of the hooked and scripted leaves: the pools
+    inside them are not in the graph, and the caller converts them separately.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opaque_leaves: list[str] = []
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         if describe_module(m) is not None or _is_fxpool_module(m):
+            return True
+        if has_hooks(m) or isinstance(m, torch.jit.ScriptModule):
+            if module_qualified_name not in self.opaque_leaves:
+                self.opaque_leaves.append(module_qualified_name)
             return True
         return super().is_leaf_module(m, module_qualified_name)
 
@@ -35,18 +54,25 @@ def _is_fxpool_module(m: nn.Module) -> bool:
     return type(m).__module__.startswith("fxpool.")
 
 
-def _export_branch() -> bool:
-    raise fx.proxy.TraceError(
-        "the code branches on torch.onnx.is_in_onnx_export(); a trace would keep only the eager branch")
+@dataclass(frozen=True)
+class Traced:
+    """A traced module and the qualified names (relative to it) of the leaves it did not look into."""
+
+    graph_module: fx.GraphModule
+    opaque_leaves: tuple[str, ...]
 
 
-def trace(module: nn.Module) -> fx.GraphModule:
-    """Symbolically trace ``module``; raises whatever torch.fx raises for untraceable code."""
+def trace(module: nn.Module) -> Traced:
+    """Symbolically trace ``module``; raises whatever torch.fx raises for untraceable code.
+
+    torch.fx patches ``nn.Module.__call__`` for the whole process while it traces, so traces are
+    serialised under :data:`~fxpool.globalstate.LOCK`.
+    """
     tracer = PoolLeafTracer()
-    with mock.patch.object(torch.onnx, "is_in_onnx_export", _export_branch):
+    with LOCK, refusing_export_branches():
         graph = tracer.trace(module)
     name = module.__class__.__name__ if isinstance(module, nn.Module) else module.__name__
-    return fx.GraphModule(tracer.root, graph, name)
+    return Traced(fx.GraphModule(tracer.root, graph, name), tuple(tracer.opaque_leaves))
 
 
 @dataclass(frozen=True)

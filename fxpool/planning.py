@@ -122,9 +122,13 @@ class WindowGatherStep:
 
 @dataclass(frozen=True)
 class UpsampleStep:
-    """Nearest upsampling of every spatial axis to ``sizes`` (integer factors only)."""
+    """Nearest upsampling of every spatial axis to ``sizes`` (integer factors only).
 
-    sizes: tuple[int, ...]
+    ``None`` marks an axis that keeps its input size (``None`` in output_size): its size is read
+    from the input at run time, since the replacement accepts any size there.
+    """
+
+    sizes: tuple[int | None, ...]
 
 
 Step = Union[PoolStep, ReduceStep, MatmulStep, KroneckerStep, WindowGatherStep, UpsampleStep]
@@ -139,6 +143,7 @@ class PoolPlan:
     out_sizes: tuple[int, ...]
     axes: tuple[AxisChoice, ...]
     steps: tuple[Step, ...]
+    scaled_output: bool = False  # the output size derives from the input's (interpolate's scale_factor)
 
     @property
     def spatial_dims(self) -> int:
@@ -150,8 +155,11 @@ class PoolPlan:
 
         An axis is size-agnostic when it follows its input (``None`` in output_size) or is reduced
         by a mean/max that does not name its length; an output-1 axis folded into a pooling kernel
-        is not.
+        is not. When the output size is a scale of the input's, every axis is guarded: at another
+        input size the output size itself changes.
         """
+        if self.scaled_output:
+            return tuple(range(self.spatial_dims))
         folded = any(isinstance(step, PoolStep) for step in self.steps)
         return tuple(
             i for i, axis in enumerate(self.axes)
@@ -281,8 +289,12 @@ def choose_plan(
     in_sizes: tuple[int, ...],
     out_sizes: tuple[int, ...],
     follows_input: tuple[bool, ...] | None = None,
+    scaled_output: bool = False,
 ) -> PoolPlan:
     """Choose the exact, cheapest replacement of an adaptive pool from its spatial sizes.
+
+    ``follows_input`` marks the axes whose output_size is ``None``; ``scaled_output`` says the
+    output sizes were derived from the input's (``scale_factor``), so no axis is size-agnostic.
 
     >>> choose_plan("avg", (7, 7), (3, 3)).describe()
     'AvgPool2d(k=(3, 3), s=(2, 2))'
@@ -295,7 +307,8 @@ def choose_plan(
         raise ValueError(f"need 1 to 3 spatial axes with matching sizes, got {in_sizes} -> {out_sizes}")
     follows = follows_input or (False,) * len(in_sizes)
     axes = tuple(choose_axis(family, i, o, f) for i, o, f in zip(in_sizes, out_sizes, follows))
-    return PoolPlan(family, tuple(in_sizes), tuple(a.out_size for a in axes), axes, _steps(family, axes))
+    return PoolPlan(family, tuple(in_sizes), tuple(a.out_size for a in axes), axes, _steps(family, axes),
+                    scaled_output)
 
 
 def _steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]:
@@ -326,5 +339,5 @@ def _steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]
                 steps.append(MatmulStep(general[j], ins[j], outs[j]))
 
     if "upsample" in kinds:
-        steps.append(UpsampleStep(tuple(a.out_size for a in axes)))
+        steps.append(UpsampleStep(tuple(None if a.follows_input else a.out_size for a in axes)))
     return tuple(steps)

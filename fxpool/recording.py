@@ -1,8 +1,9 @@
 """One side-effect-free forward pass that records every adaptive pool call with its sizes.
 
 :func:`record_pool_calls` runs the model once on the example input, on a :func:`structural_copy`
-with cloned buffers, under ``torch.no_grad()`` and a forked RNG, so the caller's parameters,
-buffers (batch-norm running stats), training flags and random state stay bit-identical. Module
+with cloned buffers, under :func:`example_run` (``torch.no_grad()``, torch's and Python's random
+generators forked), so the caller's parameters, buffers (batch-norm running stats), training
+flags and random state stay bit-identical. Module
 hooks keep a stack of the modules being run; a ``TorchFunctionMode`` sees every functional pool
 call, even inside code torch.fx cannot trace. Each call becomes a :class:`PoolEvent`, in
 execution order.
@@ -12,14 +13,15 @@ from __future__ import annotations
 
 import inspect
 import os
-from contextlib import ExitStack
+import random
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_leaves
+from torch.utils._pytree import tree_leaves, tree_map
 
 from .calls import PoolCall, describe_function, describe_module
 from .copying import structural_copy
@@ -60,11 +62,38 @@ class Recording:
     """What the forward pass saw."""
 
     events: list[PoolEvent] = field(default_factory=list)
-    calls: dict[str, int] = field(default_factory=dict)  # module name -> times called
+    invocations: dict[str, int] = field(default_factory=dict)  # module name -> times called
+    output: Any = None  # the model's output on the example, detached, for the self-check
 
     def within(self, name: str) -> list[PoolEvent]:
-        """Events made while the module ``name`` was running (every event for the root ``""``)."""
-        return [e for e in self.events if any(n == name for n, _ in e.scope)]
+        """Events made by the module ``name`` or by modules below it (every event for the root ``""``).
+
+        "Below" goes by qualified name, not by what ran: a ModuleList or ModuleDict is never called
+        itself, yet the pools it holds are below it.
+        """
+        if not name:
+            return list(self.events)
+        prefix = name + "."
+        return [e for e in self.events if any(n == name or n.startswith(prefix) for n, _ in e.scope)]
+
+
+@contextmanager
+def example_run(args: tuple[Any, ...]) -> Iterator[None]:
+    """No gradients, and every random generator the model may draw from restored afterwards.
+
+    Each example run starts from the caller's current RNG state, so two runs draw the same dropout
+    masks; the caller's state is unchanged afterwards.
+    """
+    devices = sorted({leaf.device.index or 0 for leaf in tree_leaves(args)
+                      if isinstance(leaf, torch.Tensor) and leaf.device.type == "cuda"})
+    python_state = random.getstate()
+    try:
+        with ExitStack() as stack:
+            stack.enter_context(torch.random.fork_rng(devices=devices))
+            stack.enter_context(torch.no_grad())
+            yield
+    finally:
+        random.setstate(python_state)
 
 
 def normalize_example(example_input: Any) -> tuple[Any, ...]:
@@ -79,8 +108,13 @@ def normalize_example(example_input: Any) -> tuple[Any, ...]:
 
 
 def record_pool_calls(model: nn.Module, args: tuple[Any, ...]) -> Recording:
-    """Run ``model(*args)`` once without side effects and record every adaptive pool call."""
+    """Run ``model(*args)`` once without side effects and record every adaptive pool call.
+
+    Scripted submodules (``torch.jit.script``) are run as they are: neither hooks nor the
+    function mode see inside them.
+    """
     probe = structural_copy(model, clone_buffers=True)
+    scripted = scripted_modules(probe)
     recording = Recording()
     stack: list[tuple[str, int]] = []
     in_pool_module: list[bool] = []  # parallel to stack: is that module an adaptive pool?
@@ -94,8 +128,8 @@ def record_pool_calls(model: nn.Module, args: tuple[Any, ...]) -> Recording:
 
     def pre_hook(module: nn.Module, inputs: tuple[Any, ...]) -> None:
         name = names.get(id(module), "?")
-        count = recording.calls.get(name, 0)
-        recording.calls[name] = count + 1
+        count = recording.invocations.get(name, 0)
+        recording.invocations[name] = count + 1
         stack.append((name, count))
         in_pool_module.append(pool_modules.get(id(module)) is not None)
 
@@ -126,19 +160,18 @@ def record_pool_calls(model: nn.Module, args: tuple[Any, ...]) -> Recording:
 
     with ExitStack() as cleanup:
         for module in probe.modules():
+            if id(module) in scripted:
+                continue
             cleanup.enter_context(module.register_forward_pre_hook(pre_hook))
             cleanup.enter_context(module.register_forward_hook(post_hook, always_call=True))
-        devices = [leaf.device.index or 0 for leaf in tree_leaves(args)
-                   if isinstance(leaf, torch.Tensor) and leaf.device.type == "cuda"]
-        cleanup.enter_context(torch.random.fork_rng(devices=sorted(set(devices))))
-        cleanup.enter_context(torch.no_grad())
+        cleanup.enter_context(example_run(args))
         cleanup.enter_context(PoolCallRecorder())
         pre_pool_hooks = [module.register_forward_pre_hook(_make_validator(call, names[id(module)]))
                           for module in probe.modules() if (call := pool_modules.get(id(module))) is not None]
         for handle in pre_pool_hooks:
             cleanup.enter_context(handle)
         try:
-            probe(*args)
+            recording.output = tree_map(_detached, probe(*args))
         except FxpoolError:
             raise
         except Exception as error:  # the model's own failure, reported with the example's shapes
@@ -148,6 +181,19 @@ def record_pool_calls(model: nn.Module, args: tuple[Any, ...]) -> Recording:
                 f"model accepts (the one you would give torch.onnx.export)."
             ) from error
     return recording
+
+
+def scripted_modules(model: nn.Module) -> set[int]:
+    """Ids of every module that is, or lies inside, a TorchScript module."""
+    found: set[int] = set()
+    for module in model.modules():
+        if isinstance(module, torch.jit.ScriptModule):
+            found.update(id(m) for m in module.modules())
+    return found
+
+
+def _detached(value: Any) -> Any:
+    return value.detach() if isinstance(value, torch.Tensor) else value
 
 
 def _make_validator(call: PoolCall, name: str):

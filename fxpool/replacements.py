@@ -6,21 +6,24 @@
 ``.to(device)``, are left out of ``state_dict`` (so the converted model loads the original's
 weights), and are rebuilt exactly after a dtype change, so ``.double()`` stays exact to float64.
 
-A replacement whose plan depends on the traced spatial size checks it on every call and raises
-:class:`~fxpool.errors.SpatialSizeError` otherwise. The check is skipped while TorchScript traces
-(the exported graph keeps static spatial sizes, which is its own guard) and is an fx leaf
-function, so converted models can be traced again.
+A replacement whose plan depends on the traced spatial size checks it on every call, in eager and
+while an exporter traces, and raises :class:`~fxpool.errors.SpatialSizeError` otherwise; every
+replacement refuses integer input, as the native pools do. The check is an fx leaf function, so
+converted models can be traced again.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .errors import SpatialSizeError
+from torch.fx.experimental.symbolic_shapes import is_concrete_int
+
+from .errors import PoolCallError, SpatialSizeError
 from .planning import (
     KroneckerStep,
     MatmulStep,
@@ -69,20 +72,45 @@ def window_gather_indices(in_size: int, out_size: int, span: int) -> torch.Tenso
 
 
 @torch.fx.wrap
-def check_spatial_size(x: torch.Tensor, expected: tuple[int | None, ...], where: str) -> torch.Tensor:
-    """Return ``x`` if its trailing spatial sizes match ``expected`` (``None``: any), else raise."""
-    if torch.jit.is_tracing() or torch.jit.is_scripting():
+def check_input(x: torch.Tensor, expected: tuple[int | None, ...], where: str) -> torch.Tensor:
+    """Return ``x`` if it is floating and its trailing spatial sizes match ``expected`` (``None``: any).
+
+    Runs under ``torch.jit.trace`` and ``torch.export`` too, where sizes are static: a graph traced
+    at another size than the conversion's would compute wrong values. A spatial size left symbolic
+    by ``torch.export`` (a dynamic axis) cannot be checked and is refused.
+    """
+    if isinstance(x, torch.Tensor) and not (x.is_floating_point() or x.is_complex()):
+        raise PoolCallError(
+            f"{where}: input has dtype {x.dtype}; adaptive pooling needs a floating tensor, as the "
+            f"original pool does. Cast the input to a floating type.")
+    if not any(e is not None for e in expected):
         return x
-    seen = tuple(x.shape[len(x.shape) - len(expected):])
-    if len(x.shape) < len(expected) or any(e is not None and e != s for e, s in zip(expected, seen)):
-        traced = tuple("*" if e is None else e for e in expected)
+    shape = tuple(_static_size(s) for s in x.shape)
+    seen = shape[len(shape) - len(expected):]
+    traced = tuple("*" if e is None else e for e in expected)
+    if any(e is not None and not is_concrete_int(s) for e, s in zip(expected, seen)):
+        raise SpatialSizeError(
+            f"{where}: this replacement was specialised for spatial size {traced}, but it is being "
+            f"exported with a dynamic spatial size ({shape}); the graph would be wrong at "
+            f"other sizes. Keep spatial axes static, or convert with dynamic=True "
+            f"(fxpool.export(..., dynamic=True)) for one graph exact at every size.")
+    if len(shape) < len(expected) or any(e is not None and e != s for e, s in zip(expected, seen)):
         raise SpatialSizeError(
             f"{where}: this replacement was specialised for spatial size {traced} but got input of "
-            f"shape {tuple(x.shape)} (spatial {seen}). Convert again with an example input of this "
+            f"shape {shape} (spatial {seen}). Convert again with an example input of this "
             f"size (fxpool.convert(model, example)), or convert with dynamic=True for one model "
             f"that serves every size."
         )
     return x
+
+
+def _static_size(size: object) -> object:
+    """A size as a Python int where one is known; torch.jit.trace hands sizes out as 0-d tensors."""
+    if isinstance(size, torch.Tensor):
+        with warnings.catch_warnings():  # the int only feeds this check, never the traced graph
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            return int(size)
+    return size
 
 
 class ExactAdaptivePool(nn.Module):
@@ -93,35 +121,44 @@ class ExactAdaptivePool(nn.Module):
         super().__init__()
         self.plan = plan
         self.where = where
-        self.batched = batched  # the traced input had a batch axis
+        self.batched = batched  # the traced input had a batch axis (eager follows the input's rank)
         expected = [None] * plan.spatial_dims
         for axis in plan.guarded_axes:
             expected[axis] = plan.in_sizes[axis]
         self.expected_sizes: tuple[int | None, ...] = tuple(expected)
-        for index, step in enumerate(plan.steps):
+        self._build_constants(weight_dtype, device)
+
+    def _build_constants(self, dtype: torch.dtype, device: torch.device | str | None) -> None:
+        """(Re)build the averaging matrices (in ``dtype``) and window indices, exactly, on ``device``."""
+        for index, step in enumerate(self.plan.steps):
             if isinstance(step, WindowGatherStep):
                 indices = window_gather_indices(step.in_size, step.out_size, step.span)
                 self.register_buffer(f"indices_{index}", indices.to(device), persistent=False)
-        self._build_weights(weight_dtype, device)
+            elif isinstance(step, (MatmulStep, KroneckerStep)):
+                self.register_buffer(f"weight_{index}", self._weight(step, dtype, device), persistent=False)
 
-    def _build_weights(self, dtype: torch.dtype, device: torch.device | str | None) -> None:
-        for index, step in enumerate(self.plan.steps):
-            if isinstance(step, MatmulStep):
-                weight = averaging_matrix(step.in_size, step.out_size, dtype, device)
-            elif isinstance(step, KroneckerStep):
-                weight = kronecker_matrix(step.in_sizes, step.out_sizes, dtype, device)
-            else:
-                continue
-            self.register_buffer(f"weight_{index}", weight, persistent=False)
+    @staticmethod
+    def _weight(step: MatmulStep | KroneckerStep, dtype: torch.dtype,
+                device: torch.device | str | None) -> torch.Tensor:
+        if isinstance(step, MatmulStep):
+            return averaging_matrix(step.in_size, step.out_size, dtype, device)
+        return kronecker_matrix(step.in_sizes, step.out_sizes, dtype, device)
 
     def _apply(self, fn, recurse: bool = True):  # type: ignore[override]
-        # A dtype change would round the averaging weights; rebuild them exactly instead.
+        # A dtype change would round the averaging weights, and to_empty() would leave them (and the
+        # window indices) uninitialised: rebuild every constant exactly after any conversion.
         super()._apply(fn, recurse)
-        weights = [b for name, b in self.named_buffers(recurse=False) if name.startswith("weight_")]
-        if weights:
-            dtype = torch.float64 if weights[0].dtype == torch.float64 else torch.float32
-            self._build_weights(dtype, weights[0].device)
+        constants = [b for name, b in self.named_buffers(recurse=False) if name.startswith(("weight_", "indices_"))]
+        if constants:
+            weights = [b for name, b in self.named_buffers(recurse=False) if name.startswith("weight_")]
+            dtype = torch.float64 if weights and weights[0].dtype == torch.float64 else torch.float32
+            self._build_constants(dtype, constants[0].device)
         return self
+
+    @property
+    def fxpool_native_reference(self) -> tuple[str, tuple[int | None, ...]]:
+        """The family and output_size of the native pool this module stands for (for the self-check)."""
+        return self.plan.family, tuple(None if a.follows_input else a.out_size for a in self.plan.axes)
 
     def extra_repr(self) -> str:
         names = axis_names(self.plan.spatial_dims)
@@ -129,8 +166,7 @@ class ExactAdaptivePool(nn.Module):
         return f"{self.plan.family}: {sizes}; {self.plan.describe()}"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.plan.guarded_axes:
-            x = check_spatial_size(x, self.expected_sizes, self.where)
+        x = check_input(x, self.expected_sizes, self.where)
         if not self.plan.steps:
             return x
         dims = self.plan.spatial_dims
@@ -147,14 +183,25 @@ class ExactAdaptivePool(nn.Module):
             elif isinstance(step, ReduceStep):
                 x = _reduce(x, step, dims)
             elif isinstance(step, MatmulStep):
-                x = matmul_along(x, getattr(self, f"weight_{index}"), step.axis - dims)
+                x = matmul_along(x, self._weight_for(index, x), step.axis - dims)
             elif isinstance(step, KroneckerStep):
-                x = _kronecker(x, getattr(self, f"weight_{index}"), step)
+                x = _kronecker(x, self._weight_for(index, x), step)
             elif isinstance(step, WindowGatherStep):
                 x = torch.index_select(x, step.axis - dims, getattr(self, f"indices_{index}"))
-            else:
+            elif isinstance(step, UpsampleStep):
                 x = _upsample(x, step, self.batched)
+            else:
+                raise AssertionError(f"unknown step {step!r}")
         return x.to(dtype) if upcast else x
+
+    def _weight_for(self, index: int, x: torch.Tensor) -> torch.Tensor:
+        """The step's matrix in ``x``'s dtype; float64 input gets an exact float64 matrix."""
+        weight = getattr(self, f"weight_{index}")
+        if isinstance(x, torch.Tensor) and x.dtype == torch.float64 and weight.dtype != torch.float64:
+            step = self.plan.steps[index]
+            assert isinstance(step, (MatmulStep, KroneckerStep))
+            return self._weight(step, torch.float64, x.device)
+        return weight
 
 
 def _reduce(x: torch.Tensor, step: ReduceStep, dims: int) -> torch.Tensor:
@@ -199,6 +246,10 @@ def _kronecker(x: torch.Tensor, weight: torch.Tensor, step: KroneckerStep) -> to
 
 
 def _upsample(x: torch.Tensor, step: UpsampleStep, batched: bool) -> torch.Tensor:
+    dims = len(step.sizes)
+    if isinstance(x, torch.Tensor):  # eager: follow the input; under torch.fx, the traced layout
+        batched = x.dim() == dims + 2
+    sizes = [x.shape[axis - dims] if size is None else size for axis, size in enumerate(step.sizes)]
     if batched:
-        return F.interpolate(x, size=step.sizes, mode="nearest")
-    return F.interpolate(x.unsqueeze(0), size=step.sizes, mode="nearest").squeeze(0)
+        return F.interpolate(x, size=sizes, mode="nearest")
+    return F.interpolate(x.unsqueeze(0), size=sizes, mode="nearest").squeeze(0)

@@ -6,10 +6,12 @@ from a converted module through :func:`report_of`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from torch import nn
+
+from .checking import SelfCheck
 
 REPORT_ATTRIBUTE = "fxpool_report"
 
@@ -38,7 +40,7 @@ class ConversionReport:
     records: tuple[PoolRecord, ...]
     traced: tuple[str, ...] = ()  # qualified names converted through torch.fx ("" = whole model)
     untraceable: tuple[tuple[str, str], ...] = ()  # (qualified name, first line of the trace error)
-    notes: tuple[str, ...] = field(default_factory=tuple)
+    check: SelfCheck | None = None  # what convert compared after converting (None: not run)
 
     @property
     def converted(self) -> tuple[PoolRecord, ...]:
@@ -61,7 +63,7 @@ class ConversionReport:
             "records": [asdict(r) for r in self.records],
             "traced": list(self.traced),
             "untraceable": [list(u) for u in self.untraceable],
-            "notes": list(self.notes),
+            "check": None if self.check is None else asdict(self.check),
         }
 
     def table(self) -> str:
@@ -94,7 +96,8 @@ class ConversionReport:
         if self.records:
             parts.append(self.table())
         parts += [f"untraceable {name or '<root>'}: {why}" for name, why in self.untraceable]
-        parts += list(self.notes)
+        if self.check is not None:
+            parts.append(self.check.summary())
         return "\n".join(parts)
 
 

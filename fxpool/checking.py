@@ -1,0 +1,181 @@
+"""The self-check: the converted model run once on the example, against what the original computed.
+
+:func:`self_check` runs a converted model on the example input under the recording's rules (a
+copy with cloned buffers, ``torch.no_grad()``, the RNG forked from the same state, the caller's
+training flags), and compares
+
+- every replacement's output with the native adaptive pool applied to the replacement's own input
+  (average family within :data:`TOLERANCE` of the output's scale; max family bit-equal), and
+- the whole model's outputs with the original's, recorded in the same way, within
+  :data:`TOLERANCE` of each output's largest magnitude (at least 1).
+
+It returns a :class:`SelfCheck`; :mod:`fxpool.convert` undoes what failed. Nothing here knows of
+torch.fx or ONNX.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils._pytree import tree_flatten
+
+from .copying import structural_copy
+from .recording import example_run
+
+# Largest |converted - original| allowed, relative to the compared tensor's largest magnitude
+# (at least 1). Only the pools differ between the two models and each is exact up to the order
+# of its sums, so these are float rounding bounds with room for amplification by later layers.
+TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 5e-2}
+_DEFAULT_TOLERANCE = 1e-5
+
+CheckStatus = Literal["passed", "failed", "skipped", "inconclusive"]
+
+_NATIVE = {
+    ("avg", 1): F.adaptive_avg_pool1d, ("avg", 2): F.adaptive_avg_pool2d, ("avg", 3): F.adaptive_avg_pool3d,
+    ("max", 1): F.adaptive_max_pool1d, ("max", 2): F.adaptive_max_pool2d, ("max", 3): F.adaptive_max_pool3d,
+}
+
+
+@dataclass(frozen=True)
+class ReplacementCheck:
+    """One replacement's output against the native pool on the same input."""
+
+    location: str
+    max_error: float
+    tolerance: float  # 0.0: must be bit-equal (max family)
+
+    @property
+    def passed(self) -> bool:
+        return self.max_error <= self.tolerance
+
+
+@dataclass(frozen=True)
+class SelfCheck:
+    """What the self-check compared and found."""
+
+    status: CheckStatus
+    compared: str  # in words
+    output_error: float | None = None  # largest |converted - original| over the model's outputs
+    output_tolerance: float | None = None  # the bound it was held to (absolute)
+    replacements: tuple[ReplacementCheck, ...] = ()
+    mismatch: str | None = None  # why the whole-model outputs disagree, in words
+    actions: tuple[str, ...] = ()  # what convert undid to pass, in order
+
+    @property
+    def failed_replacements(self) -> tuple[ReplacementCheck, ...]:
+        return tuple(r for r in self.replacements if not r.passed)
+
+    def summary(self) -> str:
+        if self.status == "skipped":
+            return f"self-check skipped: {self.compared}"
+        worst = max((r.max_error for r in self.replacements), default=0.0)
+        parts = [f"self-check {self.status}: {self.compared}"]
+        if self.output_error is not None:
+            parts.append(f"outputs differ by at most {self.output_error:.3g} (allowed {self.output_tolerance:.3g})")
+        if self.replacements:
+            parts.append(f"{len(self.replacements)} replacement(s) against the native pool, worst {worst:.3g}")
+        if self.mismatch:
+            parts.append(self.mismatch)
+        return "; ".join(parts) + "".join(f"\n  undone: {action}" for action in self.actions)
+
+    def with_actions(self, actions: tuple[str, ...]) -> SelfCheck:
+        return SelfCheck(self.status, self.compared, self.output_error, self.output_tolerance, self.replacements,
+                         self.mismatch, actions)
+
+
+def self_check(converted: nn.Module, args: tuple[Any, ...], reference: Any) -> SelfCheck:
+    """Run ``converted`` on ``args`` without side effects and compare it with ``reference``."""
+    if any(isinstance(t, torch.Tensor) and t.device.type == "meta" for t in tree_flatten(args)[0]):
+        return SelfCheck("skipped", "the example input is on the meta device, which holds no values")
+    probe = structural_copy(converted, clone_buffers=True)
+    checks: list[ReplacementCheck] = []
+    with ExitStack() as stack:
+        for module in probe.modules():
+            if hasattr(module, "fxpool_native_reference"):
+                stack.enter_context(module.register_forward_hook(_replacement_hook(checks), prepend=True))
+        with example_run(args):
+            try:
+                output = probe(*args)
+            except Exception as error:  # the converted model failing where the original ran
+                return SelfCheck("failed", "the converted model on the example input",
+                                 replacements=tuple(checks),
+                                 mismatch=f"it raised {type(error).__name__}: {_first_line(error)}")
+    mismatch, error, bound = compare_outputs(output, reference)
+    status: CheckStatus = "failed" if mismatch or any(not c.passed for c in checks) else "passed"
+    return SelfCheck(status, "the converted model on the example input against the original's output",
+                     error, bound, tuple(checks), mismatch)
+
+
+def _replacement_hook(checks: list[ReplacementCheck]):
+    def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
+        family, out_sizes = module.fxpool_native_reference  # type: ignore[attr-defined]
+        x = inputs[0]
+        if not isinstance(x, torch.Tensor) or not isinstance(output, torch.Tensor):
+            return
+        dims = len(out_sizes)
+        sizes = tuple(x.shape[axis - dims] if o is None else o for axis, o in enumerate(out_sizes))
+        expected = _NATIVE[(family, dims)](x, sizes)
+        if family == "max":
+            same = output.shape == expected.shape and torch.equal(output.isnan(), expected.isnan()) and bool(
+                (output.nan_to_num() == expected.nan_to_num()).all())
+            error = 0.0 if same else float("inf")
+            checks.append(ReplacementCheck(module.where, error, 0.0))  # type: ignore[attr-defined]
+            return
+        error, bound = _tensor_error(output, expected)
+        checks.append(ReplacementCheck(module.where, error, bound))  # type: ignore[attr-defined]
+    return hook
+
+
+def compare_outputs(ours: Any, theirs: Any) -> tuple[str | None, float, float]:
+    """``(why they differ or None, largest absolute error, its allowed bound)`` over matching leaves."""
+    our_leaves, our_spec = tree_flatten(ours)
+    their_leaves, their_spec = tree_flatten(theirs)
+    if our_spec != their_spec:
+        return f"the outputs have different structures ({our_spec} against {their_spec})", float("inf"), 0.0
+    worst, worst_bound = 0.0, 0.0
+    for index, (a, b) in enumerate(zip(our_leaves, their_leaves)):
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+            if a.shape != b.shape or a.dtype != b.dtype:
+                return (f"output {index} is {a.dtype} {tuple(a.shape)} but the original gives "
+                        f"{b.dtype} {tuple(b.shape)}"), float("inf"), 0.0
+            error, bound = _tensor_error(a, b)
+            if error > bound:
+                return f"output {index} differs by {error:.3g} (allowed {bound:.3g})", error, bound
+            if error >= worst:
+                worst, worst_bound = error, bound
+        elif type(a) is not type(b) or not _plain_equal(a, b):
+            return f"output {index} is {a!r} but the original gives {b!r}", float("inf"), 0.0
+    return None, worst, worst_bound
+
+
+def _tensor_error(ours: torch.Tensor, theirs: torch.Tensor) -> tuple[float, float]:
+    """Largest absolute difference (NaN where both are NaN counts as equal) and its allowed bound."""
+    if ours.shape != theirs.shape:
+        return float("inf"), 0.0
+    if not theirs.numel():
+        return 0.0, 0.0
+    if not (theirs.is_floating_point() or theirs.is_complex()):
+        return (0.0 if torch.equal(ours, theirs) else float("inf")), 0.0
+    a, b = ours.detach().double(), theirs.detach().double()
+    same = (a == b) | (a.isnan() & b.isnan())  # equal infinities and NaN against NaN count as equal
+    diff = (a - b).abs().masked_fill(same, 0.0).nan_to_num(nan=float("inf"))
+    finite = b.masked_fill(~b.isfinite(), 0.0).abs()
+    scale = max(1.0, finite.max().item())
+    return diff.max().item(), TOLERANCE.get(theirs.dtype, _DEFAULT_TOLERANCE) * scale
+
+
+def _plain_equal(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # objects whose == raises or is ambiguous
+        return a is b
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else ""
