@@ -8,10 +8,13 @@ from .errors import (
     ExportVerificationError,
     FxpoolError,
     PoolCallError,
+    SelfCheckError,
     SpatialSizeError,
     UnconvertedPoolError,
+    UnsupportedModelError,
 )
 from .exporting import ExportResult, export, onnx_export_hook
+from .checking import SelfCheck
 from .report import ConversionReport, PoolRecord, report_of
 
 __version__ = "0.1.0"
@@ -24,8 +27,11 @@ __all__ = [
     "FxpoolError",
     "PoolCallError",
     "PoolRecord",
+    "SelfCheck",
+    "SelfCheckError",
     "SpatialSizeError",
     "UnconvertedPoolError",
+    "UnsupportedModelError",
     "convert",
     "export",
     "onnx_export_hook",

@@ -15,6 +15,8 @@ torch.fx or ONNX.
 
 from __future__ import annotations
 
+import contextlib
+import io
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -98,6 +100,9 @@ def self_check(converted: nn.Module, args: tuple[Any, ...], reference: Any) -> S
         for module in probe.modules():
             if hasattr(module, "fxpool_native_reference"):
                 stack.enter_context(module.register_forward_hook(_replacement_hook(checks), prepend=True))
+        # A GraphModule that raises prints its generated code to stderr before re-raising; the
+        # failure is reported in the check instead.
+        stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
         with example_run(args):
             try:
                 output = probe(*args)

@@ -33,7 +33,7 @@ from .copying import carry_hooks, structural_copy
 from .dynamic import DynamicAdaptiveAvgPool
 from .errors import SelfCheckError, UnconvertedPoolError, UnsupportedModelError
 from .globalstate import LOCK
-from .graph_pass import module_uses, pool_nodes, replace_nodes, trace
+from .graph_pass import module_uses, pool_nodes, replace_nodes, trace, unpassed_none_defaults
 from .planning import choose_plan
 from .recording import PoolEvent, Recording, normalize_example, record_pool_calls
 from .replacements import ExactAdaptivePool
@@ -100,7 +100,7 @@ def _convert(model: nn.Module, example_input: Any, dynamic: bool) -> tuple[nn.Mo
         undo = _Undo()
         first: tuple[nn.Module, _Conversion, SelfCheck] | None = None
         for _ in range(MAX_CHECK_ROUNDS):
-            conversion = _Conversion(recording, dynamic, undo, _fallback_device(model))
+            conversion = _Conversion(recording, dynamic, undo, _fallback_device(model), unpassed_none_defaults(model, args))
             converted = conversion.module(structural_copy(model), "")
             check = self_check(converted, args, recording.output) if conversion.changed else _unchanged_check()
             first = first or (converted, conversion, check)
@@ -172,8 +172,10 @@ class _Undo:
 class _Conversion:
     """Walks the module tree top-down, converting the largest parts that trace."""
 
-    def __init__(self, recording: Recording, dynamic: bool, undo: _Undo, fallback_device: torch.device) -> None:
+    def __init__(self, recording: Recording, dynamic: bool, undo: _Undo, fallback_device: torch.device,
+                 root_unpassed: tuple[str, ...]) -> None:
         self.recording = recording
+        self.root_unpassed = root_unpassed
         self.dynamic = dynamic
         self.undo = undo
         self.fallback_device = fallback_device
@@ -205,7 +207,7 @@ class _Conversion:
         if name in self.undo.traces:
             return self._descend(module, name, self.undo.traces[name], events)
         try:
-            traced = trace(module)
+            traced = trace(module, self.root_unpassed if not name else ())
         except Exception as error:  # torch.fx's trace errors have no common base class
             return self._descend(module, name, _first_line(error), events)
         return self._graph(module, traced.graph_module, traced.opaque_leaves, name, events)

@@ -37,18 +37,25 @@ def shallow_module_copy(module: nn.Module) -> nn.Module:
 
     ``copy.copy`` goes through ``__reduce_ex__``, which parametrized modules (weight_norm,
     spectral_norm, ``torch.nn.utils.parametrize``) refuse; only classes with their own ``__copy__``
-    (GraphModule builds its generated class anew there) use it.
+    use it (GraphModule builds its generated class anew there), and even then every attribute —
+    hooks and plain attributes, which GraphModule's ``__copy__`` drops — is carried over.
     """
     cls = type(module)
     if getattr(cls, "__copy__", None) is not None:
-        return copy.copy(module)
-    new = cls.__new__(cls)
+        new = copy.copy(module)
+    else:
+        new = cls.__new__(cls)
     new.__dict__.update(module.__dict__)
     return new
 
 
 def _copy(module: nn.Module, clone_buffers: bool, memo: dict[int, nn.Module]) -> nn.Module:
     if id(module) in memo:  # a submodule shared between two places stays shared
+        return memo[id(module)]
+    if isinstance(module, torch.jit.ScriptModule):
+        # Nothing rewrites inside TorchScript, and a shallow copy of one breaks its C++ side: share
+        # it, or copy it whole where its buffers must not be written.
+        memo[id(module)] = copy.deepcopy(module) if clone_buffers else module
         return memo[id(module)]
     new = shallow_module_copy(module)
     memo[id(module)] = new

@@ -5,9 +5,10 @@ passed through unchanged, then (``verify=True``) checks the file with ``onnx.che
 in onnxruntime on the example input against the original PyTorch model. A failed check raises
 :class:`~fxpool.errors.ExportVerificationError` and renames the file to ``*.failed``.
 
-:func:`onnx_export_hook` patches ``torch.onnx.export`` so that any call — in scripts the user
-cannot edit too — exports the converted model. The patch is undone on exit, on exceptions and
-in nested use.
+:func:`onnx_export_hook` patches ``torch.onnx.export`` so that any call from the thread that
+entered it — in scripts the user cannot edit too — exports the converted model; other threads'
+calls pass through unchanged. The patch is undone when the last hook is left, whatever the
+order, on exceptions too.
 
 onnx and onnxruntime are imported only when needed (the ``fxpool[onnx]`` extra).
 """
@@ -15,18 +16,21 @@ onnx and onnxruntime are imported only when needed (the ``fxpool[onnx]`` extra).
 from __future__ import annotations
 
 import os
+import threading
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
 from torch.utils._pytree import tree_leaves
 
 from .convert import convert
+from .copying import structural_copy
 from .errors import ExportVerificationError
-from .recording import normalize_example
+from .globalstate import LOCK
+from .recording import example_run, normalize_example
 from .report import REPORT_ATTRIBUTE, ConversionReport, report_of
 from .symbolics import dynamo_translation_table, exporter_translations
 
@@ -47,20 +51,33 @@ def export(model: nn.Module, example_input: Any, f: str | os.PathLike[str], *, v
            **kwargs: Any) -> ExportResult:
     """Convert ``model`` and export it to ONNX at ``f``; ``kwargs`` go to ``torch.onnx.export``.
 
-    Spatial axes stay static unless ``dynamic=True``: a shape-specialised graph must not accept
-    another size, so ``dynamic_axes``/``dynamic_shapes`` that free a spatial axis are refused.
+    Like ``torch.onnx.export``, the model is exported in eval mode unless ``training`` says
+    otherwise; fxpool works on a copy with cloned buffers, so the caller's model, its batch-norm
+    statistics and the random state are left exactly as they were. Spatial axes stay static
+    unless every converted pool is size-agnostic (a mean, say) or ``dynamic=True``: a
+    shape-specialised graph must not accept another size, so ``dynamic_axes``/``dynamic_shapes``
+    that free a spatial axis are refused then.
     """
     args = normalize_example(example_input)
-    if not dynamic:
-        _refuse_dynamic_spatial_axes(kwargs)
-    converted = convert(model, example_input, strict=strict, dynamic=dynamic)
+    train = _exports_in_train_mode(model, kwargs)
+    if train and verify:
+        raise ValueError("training=TrainingMode.TRAINING exports the model in train mode, where dropout and "
+                         "batch statistics make onnxruntime and PyTorch disagree by design; pass verify=False")
+    reference = structural_copy(model, clone_buffers=True).train(train)
+    converted = convert(reference, example_input, strict=strict, dynamic=dynamic)
+    refuse_dynamic_spatial_axes_for(converted, kwargs)
     path = os.fspath(f)
     _export_with_translations(torch.onnx.export, converted, args, path, **kwargs)
     histogram = op_histogram(path)
     if not verify:
         return ExportResult(path, report_of(converted), histogram, None, None)
-    abs_error, rel_error = verify_onnx(path, model, args, rtol=rtol, atol=atol)
+    abs_error, rel_error = verify_onnx(path, reference, args, rtol=rtol, atol=atol)
     return ExportResult(path, report_of(converted), histogram, abs_error, rel_error)
+
+
+def _exports_in_train_mode(model: nn.Module, kwargs: dict[str, Any]) -> bool:
+    mode = kwargs.get("training", torch.onnx.TrainingMode.EVAL)
+    return mode == torch.onnx.TrainingMode.TRAINING or (mode == torch.onnx.TrainingMode.PRESERVE and model.training)
 
 
 def op_histogram(path: str) -> dict[str, int]:
@@ -110,8 +127,9 @@ def verify_onnx(path: str, model: nn.Module, args: tuple[Any, ...], *, rtol: flo
         outputs = run_onnxruntime(path, args)
     except Exception as error:
         raise ExportVerificationError(_failed(path, f"the exported graph does not load or run: {error}")) from error
-    with torch.no_grad():
-        expected = [t for t in tree_leaves(model(*args)) if isinstance(t, torch.Tensor)]
+    with LOCK, example_run(args):
+        expected = [t for t in tree_leaves(structural_copy(model, clone_buffers=True)(*args))
+                    if isinstance(t, torch.Tensor)]
     if len(expected) != len(outputs):
         raise ExportVerificationError(_failed(path, f"onnxruntime gave {len(outputs)} outputs, PyTorch {len(expected)}"))
     worst_abs = worst_rel = 0.0
@@ -140,13 +158,22 @@ def _failed(path: str, why: str) -> str:
     return why
 
 
-def _refuse_dynamic_spatial_axes(kwargs: dict[str, Any]) -> None:
+def refuse_dynamic_spatial_axes_for(converted: nn.Module, kwargs: dict[str, Any]) -> None:
+    """Raise if ``kwargs`` free a spatial axis that a converted pool of ``converted`` is specialised to."""
+    specialised = [r.location for r in report_of(converted).converted if not r.size_agnostic]
+    if specialised:
+        _refuse_dynamic_spatial_axes(kwargs, specialised)
+
+
+def _refuse_dynamic_spatial_axes(kwargs: dict[str, Any], specialised: list[str]) -> None:
+    where = ", ".join(specialised[:3]) + (f" and {len(specialised) - 3} more" if len(specialised) > 3 else "")
     message = ("{what} makes spatial axis {axis} of input {name!r} dynamic, but the converted graph is "
-               "specialised to the example's size and would compute wrong results at others; pass "
-               "dynamic=True to fxpool.export for a graph exact at every size, or keep spatial axes static")
+               f"specialised to the example's size ({where}) and would compute wrong results at others; "
+               "convert with dynamic=True (fxpool.export(..., dynamic=True), onnx_export_hook(dynamic=True)) "
+               "for a graph exact at every size, or keep spatial axes static")
     for name, axes in (kwargs.get("dynamic_axes") or {}).items():
         for axis in (axes.keys() if isinstance(axes, dict) else axes):
-            if axis >= 2:
+            if axis >= 2 or axis < 0:
                 raise ValueError(message.format(what="dynamic_axes", axis=axis, name=name))
     shapes = kwargs.get("dynamic_shapes")
     if shapes is None:
@@ -155,7 +182,7 @@ def _refuse_dynamic_spatial_axes(kwargs: dict[str, Any]) -> None:
     for index, spec in enumerate(entries):
         items = spec.items() if isinstance(spec, dict) else enumerate(spec or ())
         for axis, value in items:
-            if value is not None and int(axis) >= 2:
+            if value is not None and (int(axis) >= 2 or int(axis) < 0):
                 raise ValueError(message.format(what="dynamic_shapes", axis=axis, name=index))
 
 
@@ -182,25 +209,61 @@ def _export_with_translations(export_fn: Any, model: Any, args: Any, f: Any, *re
     else:
         kwargs["custom_translation_table"] = {**dynamo_translation_table(),
                                               **(kwargs.get("custom_translation_table") or {})}
-    with exporter_translations():
+    with LOCK, exporter_translations():  # the symbolic registry is process-wide
         return export_fn(model, args, f, *rest, **kwargs)
+
+
+@dataclass(frozen=True)
+class _HookOptions:
+    strict: bool
+    dynamic: bool
+
+
+_hooks_here = threading.local()  # .active: this thread's entered hooks, innermost last
+_hooks_entered = 0  # across threads; torch.onnx.export is patched while above 0
+_unpatched_export: Callable[..., Any] | None = None
+
+
+def _hooked_export(model: Any, args: Any = (), f: Any = None, *rest: Any, **kwargs: Any) -> Any:
+    """``torch.onnx.export`` while some hook is entered: converts in threads that entered one."""
+    original = _unpatched_export
+    assert original is not None
+    active: list[_HookOptions] = getattr(_hooks_here, "active", [])
+    if not active:
+        return original(model, args, f, *rest, **kwargs)
+    options = active[-1]
+    if isinstance(model, nn.Module) and not hasattr(model, REPORT_ATTRIBUTE):
+        model = convert(model, args, strict=options.strict, dynamic=options.dynamic)
+    if isinstance(model, nn.Module) and hasattr(model, REPORT_ATTRIBUTE):
+        refuse_dynamic_spatial_axes_for(model, kwargs)
+    return _export_with_translations(original, model, args, f, *rest, **kwargs)
 
 
 @contextmanager
 def onnx_export_hook(*, strict: bool = False, dynamic: bool = False) -> Iterator[None]:
     """Within this block, ``torch.onnx.export(model, args, ...)`` exports ``fxpool.convert(model, args)``.
 
-    The caller's model is untouched; already-converted models are exported as they are.
+    The caller's model is untouched; already-converted models are exported as they are. The hook
+    applies to the thread that entered it: other threads' exports run unchanged. Blocks may nest and
+    may be left in any order; ``torch.onnx.export`` is restored when the last one is left.
     """
-    previous = torch.onnx.export
-
-    def export_converted(model: Any, args: Any = (), f: Any = None, *rest: Any, **kwargs: Any) -> Any:
-        if isinstance(model, nn.Module) and not hasattr(model, REPORT_ATTRIBUTE):
-            model = convert(model, args, strict=strict, dynamic=dynamic)
-        return _export_with_translations(previous, model, args, f, *rest, **kwargs)
-
-    torch.onnx.export = export_converted
+    global _hooks_entered, _unpatched_export
+    options = _HookOptions(strict, dynamic)
+    with LOCK:
+        if _hooks_entered == 0:
+            _unpatched_export = torch.onnx.export
+            torch.onnx.export = _hooked_export
+        _hooks_entered += 1
+    if not hasattr(_hooks_here, "active"):
+        _hooks_here.active = []
+    _hooks_here.active.append(options)
     try:
         yield
     finally:
-        torch.onnx.export = previous
+        active = _hooks_here.active
+        del active[max(i for i, o in enumerate(active) if o is options)]
+        with LOCK:
+            _hooks_entered -= 1
+            if _hooks_entered == 0:
+                if torch.onnx.export is _hooked_export:  # else someone patched over us: leave theirs
+                    torch.onnx.export = _unpatched_export

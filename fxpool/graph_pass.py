@@ -17,6 +17,7 @@ submodules, ``lint`` and ``recompile``. Nothing here knows of ONNX or of how rep
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -62,15 +63,18 @@ class Traced:
     opaque_leaves: tuple[str, ...]
 
 
-def trace(module: nn.Module) -> Traced:
+def trace(module: nn.Module, unpassed: tuple[str, ...] = ()) -> Traced:
     """Symbolically trace ``module``; raises whatever torch.fx raises for untraceable code.
 
-    torch.fx patches ``nn.Module.__call__`` for the whole process while it traces, so traces are
-    serialised under :data:`~fxpool.globalstate.LOCK`.
+    ``unpassed`` names forward parameters defaulting to ``None`` that the call did not pass: they
+    are traced as ``None`` (torch.fx would otherwise make them proxies, so ``if mask is not None``
+    took the wrong branch), and the graph asserts they stay ``None``. torch.fx patches
+    ``nn.Module.__call__`` for the whole process while it traces, so traces are serialised under
+    :data:`~fxpool.globalstate.LOCK`.
     """
     tracer = PoolLeafTracer()
     with LOCK, refusing_export_branches():
-        graph = tracer.trace(module)
+        graph = tracer.trace(module, concrete_args={name: None for name in unpassed} or None)
     name = module.__class__.__name__ if isinstance(module, nn.Module) else module.__name__
     return Traced(fx.GraphModule(tracer.root, graph, name), tuple(tracer.opaque_leaves))
 
@@ -79,6 +83,18 @@ def trace(module: nn.Module) -> Traced:
 class PoolNode:
     node: fx.Node
     call: PoolCall
+
+
+def unpassed_none_defaults(module: nn.Module, args: tuple[object, ...]) -> tuple[str, ...]:
+    """Parameters of ``module.forward`` that default to ``None`` and that ``args`` leave out."""
+    try:
+        signature = inspect.signature(module.forward)
+        bound = signature.bind_partial(*args)
+    except (TypeError, ValueError):  # no signature, or args that do not fit it: trace as is
+        return ()
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return tuple(name for name, parameter in signature.parameters.items()
+                 if name not in bound.arguments and parameter.kind in kinds and parameter.default is None)
 
 
 def pool_nodes(gm: fx.GraphModule) -> list[PoolNode]:
