@@ -75,7 +75,8 @@ def convert(model: nn.Module, example_input: Any, *, strict: bool = False, dynam
             f"strict=True and {len(report.unconverted)} adaptive pool(s) would be left to PyTorch:\n"
             + ConversionReport(report.unconverted).table()
         )
-    if strict and report.check is not None and report.check.status not in ("passed", "skipped"):
+    if strict and report.check is not None and (report.check.actions
+                                                 or report.check.status not in ("passed", "skipped")):
         raise SelfCheckError(f"strict=True and the self-check did not pass at once: {report.check.summary()}")
     setattr(converted, REPORT_ATTRIBUTE, report)
     return converted
@@ -99,18 +100,25 @@ def _convert(model: nn.Module, example_input: Any, dynamic: bool) -> tuple[nn.Mo
         recording = record_pool_calls(model, args)
         undo = _Undo()
         first: tuple[nn.Module, _Conversion, SelfCheck] | None = None
+        deterministic: bool | None = None  # asked once, at the first whole-model mismatch
         for _ in range(MAX_CHECK_ROUNDS):
-            conversion = _Conversion(recording, dynamic, undo, _fallback_device(model), unpassed_none_defaults(model, args))
+            applied = tuple(undo.actions)
+            conversion = _Conversion(recording, dynamic, undo, _fallback_device(model),
+                                     unpassed_none_defaults(model, args))
             converted = conversion.module(structural_copy(model), "")
             check = self_check(converted, args, recording.output) if conversion.changed else _unchanged_check()
+            check = check.with_actions(applied)
             first = first or (converted, conversion, check)
             if check.status != "failed":
                 break
-            if not undo.learn(check, conversion) or _nondeterministic(model, args, recording):
+            if not check.failed_replacements and deterministic is None:
+                deterministic = not _nondeterministic(model, args, recording)
+            if deterministic is False:
                 converted, conversion, check = first
                 check = _inconclusive(check)
                 break
-        check = check.with_actions(tuple(undo.actions))
+            if not undo.learn(check, conversion):
+                break  # nothing left to undo: the last conversion stands, its check says failed
     report = ConversionReport(tuple(conversion.records), tuple(conversion.traced), tuple(conversion.untraceable),
                               check)
     return converted, report

@@ -59,14 +59,15 @@ def _copy(module: nn.Module, clone_buffers: bool, memo: dict[int, nn.Module]) ->
         return memo[id(module)]
     new = shallow_module_copy(module)
     memo[id(module)] = new
-    for name, value in list(vars(new).items()):
+    state = new.__dict__  # written directly: nn.Module.__setattr__ is slow, and nothing here needs it
+    for name, value in state.items():
         # Hook dicts, the buffer-name set and friends would otherwise be shared with the original.
-        if isinstance(value, (dict, set, list)) and not isinstance(value, torch.Tensor):
-            setattr(new, name, copy.copy(value))
-    new._modules = {name: None if child is None else _copy(child, clone_buffers, memo)
-                    for name, child in module._modules.items()}
+        if isinstance(value, (dict, set, list)):
+            state[name] = value.copy()
+    state["_modules"] = {name: None if child is None else _copy(child, clone_buffers, memo)
+                         for name, child in module._modules.items()}
     if clone_buffers:
-        new._buffers = {name: None if b is None else b.detach().clone() for name, b in module._buffers.items()}
+        state["_buffers"] = {name: None if b is None else b.detach().clone() for name, b in module._buffers.items()}
     return new
 
 

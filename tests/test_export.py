@@ -222,3 +222,101 @@ def test_cli_export_and_inspect(tmp_path) -> None:
                           "--input-shape", "1,3,8,8"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "no model 'nope'" in bad.stderr
     assert op_histogram(str(out))["ReduceMean"] == 1
+
+
+# --- the caller's state, sizes at export time, and the hook across threads ---
+
+def test_export_of_a_train_mode_model_exports_eval_and_leaves_everything_as_it_was(tmp_path) -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Dropout(0.5), nn.AdaptiveAvgPool2d(5)).train()
+    x = torch.randn(2, 3, 12, 12)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
+    for dynamo in (False, True):
+        result = fxpool.export(model, x, tmp_path / f"train-{dynamo}.onnx", dynamo=dynamo)
+        assert result.max_abs_error is not None and result.max_abs_error < 1e-5
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert model.training and all(m.training for m in model.modules())
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())  # num_batches_tracked too
+    with pytest.raises(ValueError, match="verify=False"):
+        fxpool.export(model, x, tmp_path / "t.onnx", dynamo=False, training=torch.onnx.TrainingMode.TRAINING)
+
+
+def test_a_converted_model_exported_at_another_size_is_refused(tmp_path) -> None:
+    for pool, size in ((nn.AdaptiveMaxPool2d(3), 11), (nn.AdaptiveAvgPool2d(10), 6)):
+        converted = fxpool.convert(nn.Sequential(nn.Conv2d(3, 3, 1), pool), torch.randn(1, 3, 7 if size == 11 else 5,
+                                                                                        7 if size == 11 else 5))
+        with pytest.raises(Exception, match="specialised for spatial size"):
+            torch.onnx.export(converted, (torch.randn(1, 3, size, size),), str(tmp_path / "s.onnx"), dynamo=False)
+        with pytest.raises(Exception, match="specialised for spatial size"):
+            with fxpool.onnx_export_hook():
+                torch.onnx.export(converted, (torch.randn(1, 3, size, size),), str(tmp_path / "h.onnx"), dynamo=False)
+
+
+def test_the_hook_refuses_dynamic_spatial_axes_on_a_specialised_graph(tmp_path) -> None:
+    model = nn.Sequential(nn.Conv2d(3, 3, 1), nn.AdaptiveAvgPool2d(2))
+    x = torch.randn(1, 3, 64, 64)
+    options = {"dynamic_axes": {"x": {2: "h", 3: "w"}}, "input_names": ["x"], "dynamo": False}
+    for subject in (model, fxpool.convert(model, x)):
+        with pytest.raises(ValueError, match="spatial axis 2.*specialised"):
+            with fxpool.onnx_export_hook():
+                torch.onnx.export(subject, (x,), str(tmp_path / "d.onnx"), **options)
+    with pytest.raises(ValueError, match="spatial axis -1"):
+        fxpool.export(model, x, tmp_path / "n.onnx", dynamic_axes={"x": {-1: "w"}}, input_names=["x"], dynamo=False)
+    # A pool that is a mean at every size is not specialised: dynamic spatial axes are fine there.
+    resnet_like = nn.Sequential(nn.Conv2d(3, 3, 1), nn.AdaptiveAvgPool2d(1))
+    fxpool.export(resnet_like, x, tmp_path / "mean.onnx", **options)
+    y = torch.randn(1, 3, 40, 24)
+    (out,) = run_onnxruntime(str(tmp_path / "mean.onnx"), (y,))
+    torch.testing.assert_close(torch.from_numpy(out), resnet_like(y), rtol=1e-5, atol=1e-5)
+
+
+def test_the_hook_is_per_thread_and_restores_the_exporter_in_any_order(tmp_path) -> None:
+    import threading
+
+    original = torch.onnx.export
+    plain_graphs: list[dict[str, int]] = []
+    entered, release = threading.Barrier(3), threading.Event()
+
+    def hooked(i: int) -> None:
+        with fxpool.onnx_export_hook():
+            entered.wait()
+            torch.onnx.export(pooled((7, 7)), (torch.randn(1, 3, 10, 10),), str(tmp_path / f"h{i}.onnx"), dynamo=False)
+            release.wait(30)
+
+    threads = [threading.Thread(target=hooked, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    entered.wait()
+    # While both hooks are held, this thread's plain export is not converted: the stock
+    # TorchScript exporter still refuses 10 -> 7.
+    with pytest.raises(Exception, match="(?i)not factor|unsupported"):
+        torch.onnx.export(pooled((7, 7)), (torch.randn(1, 3, 10, 10),), str(tmp_path / "plain.onnx"), dynamo=False)
+    release.set()
+    for thread in threads:
+        thread.join()
+    assert torch.onnx.export is original
+    plain_graphs += [op_histogram(str(tmp_path / f"h{i}.onnx")) for i in range(2)]
+    assert all("MatMul" in graph for graph in plain_graphs)
+    first, second = fxpool.onnx_export_hook(), fxpool.onnx_export_hook()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)  # left out of order
+    assert torch.onnx.export is not original
+    second.__exit__(None, None, None)
+    assert torch.onnx.export is original
+
+
+def test_convert_from_several_threads_leaves_no_global_changed() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fxpool.globalstate import is_stand_in
+
+    call, getattr_ = nn.Module.__call__, nn.Module.__getattr__
+    model = torchvision.models.alexnet(weights=None).eval()
+    x = torch.randn(1, 3, 100, 100)
+    with ThreadPoolExecutor(4) as pool:
+        reports = list(pool.map(lambda _: fxpool.report_of(fxpool.convert(model, x)), range(4)))
+    assert all(r.check is not None and r.check.status == "passed" and len(r.converted) == 1 for r in reports)
+    assert nn.Module.__call__ is call and nn.Module.__getattr__ is getattr_
+    assert not is_stand_in(torch.onnx.is_in_onnx_export)
+    torch.testing.assert_close(fxpool.convert(model, x)(x), model(x), rtol=1e-5, atol=1e-5)

@@ -1,0 +1,132 @@
+"""The self-check: what it compares, and what convert undoes when it fails."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from torch import nn
+
+import fxpool
+from fxpool import SelfCheckError, report_of
+from fxpool.checking import TOLERANCE, compare_outputs, self_check
+
+
+def wrong_matrix(in_size: int, out_size: int, dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:
+    """An averaging matrix whose first row is off: a replacement bug the check must catch."""
+    matrix = torch.full((out_size, in_size), 1.0 / in_size, dtype=torch.float64)
+    return matrix.to(dtype=dtype, device=device)
+
+
+class Optional(nn.Module):
+    """A child torch.fx traces down the wrong branch when its parent leaves ``mask`` out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(7)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if mask is not None:
+            x = x * mask
+        return self.pool(x)
+
+
+class CallsWithoutMask(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.child = Optional()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > -1e9:  # untraceable, so the child is traced on its own, mask a proxy
+            return self.child(x)
+        return x
+
+
+def test_passed_check_states_what_it_compared() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 3, 1), nn.AdaptiveAvgPool2d(7), nn.AdaptiveMaxPool2d(4))
+    check = report_of(fxpool.convert(model, torch.randn(2, 3, 10, 10))).check
+    assert check is not None and check.status == "passed" and not check.actions
+    assert [r.location for r in check.replacements] == ["1", "2"]
+    assert check.replacements[1].tolerance == 0.0 and check.replacements[1].max_error == 0.0  # max: bit-equal
+    assert check.output_error is not None and check.output_error <= check.output_tolerance  # type: ignore[operator]
+    assert "against the original's output" in check.summary()
+
+
+def test_a_wrong_replacement_is_undone_and_reported_with_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("fxpool.replacements.averaging_matrix", wrong_matrix)
+    model = nn.Sequential(nn.Conv2d(3, 3, 1), nn.AdaptiveAvgPool2d(7), nn.AdaptiveAvgPool2d(3))
+    x = torch.randn(2, 3, 10, 10)
+    converted = fxpool.convert(model, x)
+    report = report_of(converted)
+    (undone,) = report.unconverted
+    assert undone.location == "1" and "self-check" in undone.reason and "differed from the native pool by" in undone.reason
+    assert report.converted[0].location == "2"  # the 7->3 AvgPool is not a matrix, so it stays
+    assert report.check is not None and report.check.status == "passed" and len(report.check.actions) == 1
+    torch.testing.assert_close(converted(x), model(x), rtol=1e-6, atol=1e-6)
+    with pytest.raises((SelfCheckError, fxpool.UnconvertedPoolError), match="self-check"):
+        fxpool.convert(model, x, strict=True)
+
+
+def test_a_graph_whose_model_output_disagrees_is_converted_below() -> None:
+    model = CallsWithoutMask()
+    x = torch.randn(1, 3, 10, 10)
+    converted = fxpool.convert(model, x)
+    report = report_of(converted)
+    assert report.check is not None and report.check.status == "passed"
+    assert any("child" in action and "raised TypeError" in action for action in report.check.actions)
+    assert [r.location for r in report.converted] == ["child.pool"]
+    torch.testing.assert_close(converted(x), model(x), rtol=1e-6, atol=1e-6)
+    with pytest.raises(SelfCheckError):
+        fxpool.convert(model, x, strict=True)
+
+
+def test_a_nondeterministic_model_is_inconclusive_not_undone() -> None:
+    class Noisy(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pool = nn.AdaptiveAvgPool2d(7)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.pool(x) + random.random()  # Python's RNG is restored, but a counter is not
+
+    calls = iter(range(1000))
+
+    class Counter(Noisy):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.pool(x) + float(next(calls))
+
+    report = report_of(fxpool.convert(Noisy(), torch.randn(1, 2, 10, 10)))
+    assert report.check is not None and report.check.status == "passed"  # Python's random is forked too
+    report = report_of(fxpool.convert(Counter(), torch.randn(1, 2, 10, 10)))
+    assert report.check is not None and report.check.status == "inconclusive"
+    assert "not deterministic" in report.check.summary() and report.converted
+
+
+def test_train_mode_runs_repeat_their_dropout_masks() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Dropout(0.5), nn.AdaptiveAvgPool2d(5)).train()
+    check = report_of(fxpool.convert(model, torch.randn(4, 3, 12, 12))).check
+    assert check is not None and check.status == "passed"
+    assert model[1].num_batches_tracked.item() == 0
+
+
+def test_compare_outputs_finds_structure_dtype_and_value_differences() -> None:
+    a = torch.randn(3, 4)
+    assert compare_outputs((a, {"k": 1}), (a.clone(), {"k": 1}))[0] is None
+    assert "structures" in compare_outputs(a, (a,))[0]  # type: ignore[operator]
+    assert "float64" in compare_outputs(a.double(), a)[0]  # type: ignore[operator]
+    assert "differs by" in compare_outputs(a + 1e-3, a)[0]  # type: ignore[operator]
+    assert compare_outputs(a + TOLERANCE[torch.float32] / 2, a)[0] is None
+    assert "is 2 but" in compare_outputs((a, 2), (a, 3))[0]  # type: ignore[operator]
+    special = torch.tensor([float("nan"), float("inf"), -float("inf"), 1.0])
+    assert compare_outputs(special, special.clone())[0] is None
+    assert compare_outputs(special, torch.tensor([0.0, float("inf"), -float("inf"), 1.0]))[0] is not None
+
+
+def test_self_check_reports_a_converted_model_that_raises() -> None:
+    class Raises(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise RuntimeError("broken")
+
+    check = self_check(Raises(), (torch.randn(1),), torch.randn(1))
+    assert check.status == "failed" and "raised RuntimeError: broken" in (check.mismatch or "")
