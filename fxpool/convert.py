@@ -29,7 +29,7 @@ from torch import fx, nn
 
 from .calls import POOL_CLASS_NAMES, PoolCall, describe_module
 from .checking import SelfCheck, self_check
-from .copying import carry_hooks, structural_copy
+from .copying import carry_hooks, install_graph, structural_copy
 from .dynamic import DynamicAdaptiveAvgPool
 from .errors import SelfCheckError, UnconvertedPoolError, UnsupportedModelError
 from .globalstate import LOCK
@@ -121,6 +121,10 @@ def _convert(model: nn.Module, example_input: Any, dynamic: bool) -> tuple[nn.Mo
                 break  # nothing left to undo: the last conversion stands, its check says failed
     report = ConversionReport(tuple(conversion.records), tuple(conversion.traced), tuple(conversion.untraceable),
                               check)
+    previous = getattr(model, REPORT_ATTRIBUTE, None)
+    if isinstance(previous, ConversionReport):  # converting a converted model: what was done before stays on record
+        report = ConversionReport(previous.records + report.records, previous.traced + report.traced,
+                                  previous.untraceable + report.untraceable, report.check)
     return converted, report
 
 
@@ -248,19 +252,18 @@ class _Conversion:
                 if hooks_from is not None:
                     carry_hooks(hooks_from, replacement)
                 replacements[pool.node] = replacement
-        result: nn.Module = module
         if replacements:
-            result = replace_nodes(gm, replacements).graph_module
-            _keep_plain_attributes(module, result)
-            carry_hooks(module, result)  # a trace runs forward, not __call__: the root's hooks are not in it
+            replace_nodes(gm, replacements, mirror=module)
+            install_graph(module, gm)
             self.changed = True
         for leaf in opaque:  # hooked and scripted leaves: their calls stay as they are; convert below them
-            child = result.get_submodule(leaf)
+            child = module.get_submodule(leaf)
             new = self.module(child, _join(name, leaf))
             if new is not child:
                 owner, _, attribute = leaf.rpartition(".")
-                setattr(result.get_submodule(owner) if owner else result, attribute, new)
-        return result
+                for tree in (module, gm):
+                    setattr(tree.get_submodule(owner) if owner else tree, attribute, new)
+        return module
 
     def _pool_module(self, module: nn.Module, name: str) -> nn.Module:
         events = [e for e in self.recording.events if e.module_name == name]
@@ -403,13 +406,3 @@ def _join(prefix: str, name: str) -> str:
 def _first_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}".strip()
-
-
-def _keep_plain_attributes(original: nn.Module, gm: fx.GraphModule) -> None:
-    """Carry plain attributes (``out_channels`` and the like) that callers may read over to the graph."""
-    for key, value in vars(original).items():
-        if key.startswith("_") or key == "training" or hasattr(gm, key):
-            continue
-        if isinstance(value, (nn.Module, torch.Tensor)):
-            continue
-        setattr(gm, key, value)

@@ -5,7 +5,9 @@ hook dicts) over the *same* parameter and buffer tensors: replacing a submodule 
 reaches the original, and no parameter memory is doubled. ``clone_buffers=True`` also clones the
 buffers, so a forward pass on the copy (batch-norm in train mode, say) cannot write the original's.
 
-:func:`has_hooks` and :func:`carry_hooks` let a module that stands in for another keep the hooks
+:func:`install_graph` makes a module run a traced graph as its forward while keeping all it has, and
+:func:`graph_of` finds that graph again (copies rebind it to a copy of the graph). :func:`has_hooks`
+and :func:`carry_hooks` let a module that stands in for another keep the hooks
 users registered on it.
 """
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 import copy
 
 import torch
-from torch import nn
+from torch import fx, nn
 
 # Every per-module hook dict of nn.Module, forward and backward, state-dict hooks included.
 HOOK_DICTS = (
@@ -68,7 +70,37 @@ def _copy(module: nn.Module, clone_buffers: bool, memo: dict[int, nn.Module]) ->
                          for name, child in module._modules.items()}
     if clone_buffers:
         state["_buffers"] = {name: None if b is None else b.detach().clone() for name, b in module._buffers.items()}
+    graph = graph_of(module)
+    if graph is not None:  # a converted module: its copy runs a copy of its graph, over the copy's tensors
+        install_graph(new, _copy(graph, clone_buffers, memo))  # type: ignore[arg-type]
     return new
+
+
+def install_graph(module: nn.Module, gm: fx.GraphModule) -> None:
+    """Make ``module`` run ``gm`` as its forward, keeping everything else it has.
+
+    The module keeps its class, methods, attributes, hooks and every submodule and buffer, used by
+    the graph or not, so ``isinstance``, ``state_dict`` keys and the original's checkpoints still
+    hold. Where the graph holds its own container at a path of the module (torch.fx builds bare
+    ones), the two share their parameter and buffer dicts, so ``module.to(...)`` moves what the
+    graph reads.
+    """
+    for path, graph_part in gm.named_modules():
+        try:
+            part = module.get_submodule(path)
+        except AttributeError:  # a replacement under a fresh name: the same object on both sides
+            continue
+        if part is not graph_part:
+            graph_part.__dict__["_parameters"] = part._parameters
+            graph_part.__dict__["_buffers"] = part._buffers
+    module.__dict__["forward"] = gm.forward
+
+
+def graph_of(module: nn.Module) -> fx.GraphModule | None:
+    """The graph a converted module runs (see :func:`install_graph`), or ``None``."""
+    forward = module.__dict__.get("forward")
+    owner = getattr(forward, "__self__", None)
+    return owner if isinstance(owner, fx.GraphModule) and owner is not module else None
 
 
 def has_hooks(module: nn.Module) -> bool:

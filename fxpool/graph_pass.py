@@ -24,7 +24,7 @@ import torch
 from torch import fx, nn
 
 from .calls import PoolCall, describe_function, describe_module
-from .copying import has_hooks
+from .copying import graph_of, has_hooks
 from .globalstate import LOCK, refusing_export_branches
 
 NODE_POOL_CALL = "fxpool_pool_call"  # node.meta key: the PoolCall of a pool node
@@ -73,8 +73,9 @@ def trace(module: nn.Module, unpassed: tuple[str, ...] = ()) -> Traced:
     :data:`~fxpool.globalstate.LOCK`.
     """
     tracer = PoolLeafTracer()
+    root = graph_of(module) or module  # a converted module runs its graph: trace that, not its class's forward
     with LOCK, refusing_export_branches():
-        graph = tracer.trace(module, concrete_args={name: None for name in unpassed} or None)
+        graph = tracer.trace(root, concrete_args={name: None for name in unpassed} or None)
     name = module.__class__.__name__ if isinstance(module, nn.Module) else module.__name__
     return Traced(fx.GraphModule(tracer.root, graph, name), tuple(tracer.opaque_leaves))
 
@@ -130,17 +131,22 @@ class PassResult:
         return bool(self.replaced)
 
 
-def replace_nodes(gm: fx.GraphModule, replacements: dict[fx.Node, nn.Module]) -> PassResult:
+def replace_nodes(gm: fx.GraphModule, replacements: dict[fx.Node, nn.Module],
+                  mirror: nn.Module | None = None) -> PassResult:
     """Replace each node by a ``call_module`` of its module.
 
     A pool module used by one node only is replaced under its own name, so the converted model
-    keeps the original's module paths; other replacements get fresh ``fxpool_*`` names.
+    keeps the original's module paths; other replacements get fresh ``fxpool_*`` names. Each
+    replacement is installed at the same path of ``mirror`` too (the module the graph will run for,
+    see :func:`install_graph`), so that its other methods reach the replacements as well.
     """
     replaced = []
     for node, module in replacements.items():
-        name = _replacement_name(gm, node)
+        name = _replacement_name(gm, node, mirror)
         owner_name, _, leaf = name.rpartition(".")
         setattr(gm.get_submodule(owner_name) if owner_name else gm, leaf, module)
+        if mirror is not None:
+            setattr(mirror.get_submodule(owner_name) if owner_name else mirror, leaf, module)
         with gm.graph.inserting_after(node):
             new = gm.graph.call_module(name, (pool_input(node),))
         new.meta.update(node.meta)
@@ -154,12 +160,12 @@ def replace_nodes(gm: fx.GraphModule, replacements: dict[fx.Node, nn.Module]) ->
     return PassResult(gm, tuple(replaced))
 
 
-def _replacement_name(gm: fx.GraphModule, node: fx.Node) -> str:
+def _replacement_name(gm: fx.GraphModule, node: fx.Node, mirror: nn.Module | None) -> str:
     if node.op == "call_module" and module_uses(gm, node.target) == 1:
         return str(node.target)
     base = "fxpool_" + (str(node.target).replace(".", "_") if node.op == "call_module" else node.name)
     name, index = base, 1
-    while hasattr(gm, name):
+    while hasattr(gm, name) or (mirror is not None and hasattr(mirror, name)):
         name, index = f"{base}_{index}", index + 1
     return name
 

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import fxpool
+from fxpool.copying import graph_of
 from fxpool.planning import choose_plan, kronecker_cost
 from fxpool.replacements import averaging_matrix, kronecker_matrix, matmul_along
 
@@ -172,7 +173,7 @@ def convert_section(repeats: int = 3) -> list[dict[str, Any]]:
             times = side_by_side({"forward": lambda: model(x), "convert": lambda: fxpool.convert(model, x)},
                                  repeats, warmup=1, sample_s=0.0)
         converted = fxpool.convert(model, x)
-        nodes = sum(len(m.graph.nodes) for m in converted.modules() if isinstance(m, torch.fx.GraphModule))
+        nodes = sum(len(graph.graph.nodes) for m in converted.modules() if (graph := graph_of(m)) is not None)
         row = {"model": name, "parameters_M": sum(p.numel() for p in model.parameters()) / 1e6,
                "graph_nodes": nodes, "pools": len(fxpool.report_of(converted).records),
                "forward_s": times["forward"], "convert_s": times["convert"],

@@ -171,7 +171,7 @@ def test_converted_model_can_be_converted_and_traced_again() -> None:
     x = torch.randn(2, 3, 10, 10)
     once = fxpool.convert(model, x)
     twice = fxpool.convert(once, x)
-    assert len(report_of(twice).records) == 0  # nothing adaptive is left
+    assert report_of(twice).records == report_of(once).records  # nothing new; what was done stays on record
     torch.fx.symbolic_trace(once)
     torch.testing.assert_close(twice(x), model(x), **F32)
 
@@ -246,3 +246,57 @@ def test_forward_that_raises() -> None:
 def test_not_a_module() -> None:
     with pytest.raises(TypeError, match="needs an nn.Module"):
         fxpool.convert(lambda x: x, torch.randn(1))  # type: ignore[arg-type]
+
+
+# --- what the converted model keeps of the original ---
+
+class WithExtras(nn.Module):
+    """Methods, a property, an auxiliary head and a buffer that forward never touches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.AdaptiveAvgPool2d(7))
+        self.aux = nn.Linear(4, 2)  # unused by forward
+        self.register_buffer("mean", torch.tensor([0.5, 0.4, 0.3]).view(1, 3, 1, 1))
+        self.register_buffer("calibration", torch.ones(3))  # read only by a method
+        self.num_classes = 10
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.features(x - self.mean)
+
+    @property
+    def width(self) -> int:
+        return 4
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.adaptive_avg_pool2d(self.forward_features(x), (3, 5)).flatten(1)
+
+
+def test_converted_model_keeps_class_methods_state_and_attributes() -> None:
+    import copy
+
+    model = WithExtras().eval()
+    x = torch.randn(2, 3, 10, 10)
+    converted = fxpool.convert(model, x, strict=True)
+    assert isinstance(converted, WithExtras) and converted.width == 4 and converted.num_classes == 10
+    assert converted.state_dict().keys() == model.state_dict().keys()  # aux and both buffers included
+    converted.load_state_dict(model.state_dict(), strict=True)
+    assert type(converted.features[1]).__name__ == "ExactAdaptivePool"  # methods reach the replacements too
+    torch.testing.assert_close(converted.forward_features(x), model.forward_features(x), **F32)
+    torch.testing.assert_close(converted(x), model(x), **F32)
+    clone = copy.deepcopy(converted)
+    assert report_of(clone).records == report_of(converted).records and clone.num_classes == 10
+    torch.testing.assert_close(clone(x), model(x), **F32)
+    clone.mean.fill_(0.0)  # the copy's graph reads the copy's buffers, not the original's
+    assert not torch.equal(clone(x), converted(x))
+    doubled = copy.deepcopy(converted).double()  # .to() moves what the graph reads, root buffers included
+    torch.testing.assert_close(doubled(x.double()), copy.deepcopy(model).double()(x.double()), rtol=1e-12, atol=1e-12)
+
+
+def test_googlenet_with_aux_heads_keeps_every_state_dict_key() -> None:
+    import torchvision
+
+    model = torchvision.models.googlenet(weights=None, aux_logits=True, init_weights=False).eval()
+    converted = fxpool.convert(model, torch.randn(1, 3, 96, 96))
+    assert converted.state_dict().keys() == model.state_dict().keys()
+    assert isinstance(converted, torchvision.models.GoogLeNet)
