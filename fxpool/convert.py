@@ -29,7 +29,7 @@ from torch import fx, nn
 
 from .calls import POOL_CLASS_NAMES, PoolCall, describe_module
 from .checking import SelfCheck, self_check
-from .copying import carry_hooks, install_graph, structural_copy
+from .copying import carry_hooks, install_graph, module_paths, structural_copy
 from .dynamic import DynamicAdaptiveAvgPool
 from .errors import SelfCheckError, UnconvertedPoolError, UnsupportedModelError
 from .globalstate import LOCK
@@ -105,7 +105,9 @@ def _convert(model: nn.Module, example_input: Any, dynamic: bool) -> tuple[nn.Mo
             applied = tuple(undo.actions)
             conversion = _Conversion(recording, dynamic, undo, _fallback_device(model),
                                      unpassed_none_defaults(model, args))
-            converted = conversion.module(structural_copy(model), "")
+            copy = structural_copy(model)
+            conversion.paths = module_paths(copy)
+            converted = conversion.module(copy, "")
             check = self_check(converted, args, recording.output) if conversion.changed else _unchanged_check()
             check = check.with_actions(applied)
             first = first or (converted, conversion, check)
@@ -196,6 +198,7 @@ class _Conversion:
         self.untraceable: list[tuple[str, str]] = []
         self.done: dict[int, nn.Module] = {}
         self.changed = False
+        self.paths: dict[int, list[str]] = {}  # every qualified name of each module of the tree
 
     def module(self, module: nn.Module, name: str) -> nn.Module:
         if id(module) in self.done:  # a submodule shared by two parents is converted once
@@ -266,7 +269,10 @@ class _Conversion:
         return module
 
     def _pool_module(self, module: nn.Module, name: str) -> nn.Module:
-        events = [e for e in self.recording.events if e.module_name == name]
+        # Swapped for one replacement, the module serves every parent that still calls it directly:
+        # the calls under all its names, but those that a traced graph already replaced.
+        aliases = {p for p in self.paths.get(id(module), [name]) if not self._under_traced(p)} | {name}
+        events = [e for e in self.recording.events if e.module_name in aliases]
         call = describe_module(module)
         assert call is not None
         replacement = self._decide(call, events, name or "<root>")
@@ -275,6 +281,9 @@ class _Conversion:
         carry_hooks(module, replacement)
         self.changed = True
         return replacement
+
+    def _under_traced(self, path: str) -> bool:
+        return any(t == "" or path == t or path.startswith(t + ".") for t in self.traced)
 
     def _descend(self, module: nn.Module, name: str, why: str | None, events: list[PoolEvent]) -> nn.Module:
         if why is not None:

@@ -103,6 +103,20 @@ def graph_of(module: nn.Module) -> fx.GraphModule | None:
     return owner if isinstance(owner, fx.GraphModule) and owner is not module else None
 
 
+def module_paths(root: nn.Module) -> dict[int, list[str]]:
+    """Every qualified name of every module below ``root``, by module id (a shared module has several)."""
+    paths: dict[int, list[str]] = {}
+
+    def walk(module: nn.Module, path: str, on_path: set[int]) -> None:
+        paths.setdefault(id(module), []).append(path)
+        for name, child in module._modules.items():
+            if child is not None and id(child) not in on_path:  # a module holding itself: stop
+                walk(child, f"{path}.{name}" if path else name, on_path | {id(child)})
+
+    walk(root, "", {id(root)})
+    return paths
+
+
 def has_hooks(module: nn.Module) -> bool:
     """True when a hook is registered on the module itself for its calls (forward or backward)."""
     return any(getattr(module, name, None) for name in CALL_HOOK_DICTS)

@@ -24,7 +24,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves, tree_map
 
 from .calls import PoolCall, describe_function, describe_module
-from .copying import structural_copy
+from .copying import module_paths, structural_copy
 from .errors import ExampleInputError, FxpoolError, PoolCallError
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
@@ -118,7 +118,7 @@ def record_pool_calls(model: nn.Module, args: tuple[Any, ...]) -> Recording:
     recording = Recording()
     stack: list[tuple[str, int]] = []
     in_pool_module: list[bool] = []  # parallel to stack: is that module an adaptive pool?
-    names = {id(m): name for name, m in probe.named_modules()}
+    names = module_paths(probe)
     pool_modules: dict[int, PoolCall | None] = {}
     for name, module in probe.named_modules():
         try:
@@ -127,7 +127,7 @@ def record_pool_calls(model: nn.Module, args: tuple[Any, ...]) -> Recording:
             raise PoolCallError(f"{name or '<root>'}: {error}") from None
 
     def pre_hook(module: nn.Module, inputs: tuple[Any, ...]) -> None:
-        name = names.get(id(module), "?")
+        name = _path_in_context(names.get(id(module), ["?"]), stack[-1][0] if stack else None)
         count = recording.invocations.get(name, 0)
         recording.invocations[name] = count + 1
         stack.append((name, count))
@@ -136,7 +136,7 @@ def record_pool_calls(model: nn.Module, args: tuple[Any, ...]) -> Recording:
     def post_hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
         call = pool_modules.get(id(module))
         if call is not None and stack:
-            _record(recording, call, names[id(module)], tuple(stack), inputs[0] if inputs else None, output, None)
+            _record(recording, call, stack[-1][0], tuple(stack), inputs[0] if inputs else None, output, None)
         if stack:
             stack.pop()
             in_pool_module.pop()
@@ -166,7 +166,7 @@ def record_pool_calls(model: nn.Module, args: tuple[Any, ...]) -> Recording:
             cleanup.enter_context(module.register_forward_hook(post_hook, always_call=True))
         cleanup.enter_context(example_run(args))
         cleanup.enter_context(PoolCallRecorder())
-        pre_pool_hooks = [module.register_forward_pre_hook(_make_validator(call, names[id(module)]))
+        pre_pool_hooks = [module.register_forward_pre_hook(_make_validator(call, names[id(module)][0]))
                           for module in probe.modules() if (call := pool_modules.get(id(module))) is not None]
         for handle in pre_pool_hooks:
             cleanup.enter_context(handle)
@@ -181,6 +181,20 @@ def record_pool_calls(model: nn.Module, args: tuple[Any, ...]) -> Recording:
                 f"model accepts (the one you would give torch.onnx.export)."
             ) from error
     return recording
+
+
+def _path_in_context(paths: list[str], caller: str | None) -> str:
+    """Which of a module's qualified names this call goes by: the one under the calling module.
+
+    A module held by two parents has two names; ``named_modules()`` would give only the first, and
+    the calls from the second parent would be filed under the first.
+    """
+    if len(paths) == 1 or caller is None:
+        return paths[0]
+    prefix = caller + "." if caller else ""
+    direct = [p for p in paths if p.rpartition(".")[0] == caller]
+    below = [p for p in paths if p.startswith(prefix)]
+    return (direct or below or paths)[0]
 
 
 def scripted_modules(model: nn.Module) -> set[int]:

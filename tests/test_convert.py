@@ -300,3 +300,34 @@ def test_googlenet_with_aux_heads_keeps_every_state_dict_key() -> None:
     converted = fxpool.convert(model, torch.randn(1, 3, 96, 96))
     assert converted.state_dict().keys() == model.state_dict().keys()
     assert isinstance(converted, torchvision.models.GoogLeNet)
+
+
+def test_a_pool_shared_by_a_traced_and_an_untraceable_parent_is_converted_for_both(tmp_path) -> None:
+    pool = nn.AdaptiveMaxPool2d(7)
+
+    class Traced(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pool = pool
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.pool(x)
+
+    class Untraceable(Traced):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.pool(x * 2) if x.sum() > -1e9 else x
+
+    class Root(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = Traced(), Untraceable()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.a(x) + self.b(x)
+
+    model, x = Root(), torch.randn(1, 2, 10, 10)
+    converted = fxpool.convert(model, x, strict=True)
+    assert [r.location for r in report_of(converted).records] == ["a.pool", "b.pool"]
+    assert type(converted.b.pool).__name__ == "ExactAdaptivePool"
+    torch.testing.assert_close(converted(x), model(x), **F32)
+    assert fxpool.export(model, x, tmp_path / "shared.onnx", dynamo=False).max_abs_error < 1e-5
