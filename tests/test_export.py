@@ -280,8 +280,8 @@ def test_the_hook_is_per_thread_and_restores_the_exporter_in_any_order(tmp_path)
     def hooked(i: int) -> None:
         with fxpool.onnx_export_hook():
             entered.wait()
+            release.wait(30)  # the plain export below runs while both hooks are held, but not beside an export
             torch.onnx.export(pooled((7, 7)), (torch.randn(1, 3, 10, 10),), str(tmp_path / f"h{i}.onnx"), dynamo=False)
-            release.wait(30)
 
     threads = [threading.Thread(target=hooked, args=(i,)) for i in range(2)]
     for thread in threads:
