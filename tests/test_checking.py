@@ -12,6 +12,8 @@ import fxpool
 from fxpool import SelfCheckError, report_of
 from fxpool.checking import TOLERANCE, compare_outputs, self_check
 
+from idioms import Optional
+
 
 def wrong_matrix(in_size: int, out_size: int, dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:
     """An averaging matrix whose first row is off: a replacement bug the check must catch."""
@@ -19,20 +21,9 @@ def wrong_matrix(in_size: int, out_size: int, dtype: torch.dtype = torch.float64
     return matrix.to(dtype=dtype, device=device)
 
 
-class Optional(nn.Module):
-    """A child torch.fx traces down the wrong branch when its parent leaves ``mask`` out."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.pool = nn.AdaptiveAvgPool2d(7)
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        if mask is not None:
-            x = x * mask
-        return self.pool(x)
-
-
 class CallsWithoutMask(nn.Module):
+    """Leaves the child's ``mask`` out: traced on its own, the child takes the wrong branch."""
+
     def __init__(self) -> None:
         super().__init__()
         self.child = Optional()
