@@ -5,11 +5,13 @@ from __future__ import annotations
 from .convert import convert, plan
 from .errors import (
     ExampleInputError,
+    ExportFailedError,
     ExportVerificationError,
     FxpoolError,
     PoolCallError,
     SelfCheckError,
     SpatialSizeError,
+    SpecialisedArgumentError,
     UnconvertedPoolError,
     UnsupportedModelError,
 )
@@ -22,6 +24,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ConversionReport",
     "ExampleInputError",
+    "ExportFailedError",
     "ExportResult",
     "ExportVerificationError",
     "FxpoolError",
@@ -30,6 +33,7 @@ __all__ = [
     "SelfCheck",
     "SelfCheckError",
     "SpatialSizeError",
+    "SpecialisedArgumentError",
     "UnconvertedPoolError",
     "UnsupportedModelError",
     "convert",

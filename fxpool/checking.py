@@ -27,7 +27,7 @@ from torch import nn
 from torch.utils._pytree import tree_flatten
 
 from .copying import structural_copy
-from .recording import example_run
+from .example import Example, example_run
 
 # Largest |converted - original| allowed, relative to the compared tensor's largest magnitude
 # (at least 1). Only the pools differ between the two models and each is exact up to the order
@@ -90,9 +90,9 @@ class SelfCheck:
                          self.mismatch, actions)
 
 
-def self_check(converted: nn.Module, args: tuple[Any, ...], reference: Any) -> SelfCheck:
-    """Run ``converted`` on ``args`` without side effects and compare it with ``reference``."""
-    if any(isinstance(t, torch.Tensor) and t.device.type == "meta" for t in tree_flatten(args)[0]):
+def self_check(converted: nn.Module, example: Example, reference: Any) -> SelfCheck:
+    """Run ``converted`` on ``example`` without side effects and compare it with ``reference``."""
+    if example.on_meta:
         return SelfCheck("skipped", "the example input is on the meta device, which holds no values")
     probe = structural_copy(converted, clone_buffers=True)
     checks: list[ReplacementCheck] = []
@@ -103,9 +103,9 @@ def self_check(converted: nn.Module, args: tuple[Any, ...], reference: Any) -> S
         # A GraphModule that raises prints its generated code to stderr before re-raising; the
         # failure is reported in the check instead.
         stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
-        with example_run(args):
+        with example_run(example):
             try:
-                output = probe(*args)
+                output = example.call(probe)
             except Exception as error:  # the converted model failing where the original ran
                 return SelfCheck("failed", "the converted model on the example input",
                                  replacements=tuple(checks),

@@ -98,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               add_help=False)
     zoo.add_argument("rest", nargs=argparse.REMAINDER)
 
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of fxpool's errors")
     args = parser.parse_args(argv)
     if args.command == "zoo":
         from model_zoo_checks import zoo as zoo_module
@@ -107,6 +108,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         model = load_model(args.model)
     except ModelSpecError as error:
         parser.error(str(error))
+    from fxpool.errors import FxpoolError
+
+    try:
+        return _run(args, model)
+    except FxpoolError as error:
+        if args.debug:
+            raise
+        print(f"fxpool {args.command}: {type(error).__name__}: {error}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, model: nn.Module) -> int:
     example = torch.randn(args.input_shape)
     import fxpool
 

@@ -22,7 +22,7 @@ Every decision becomes a :class:`~fxpool.report.PoolRecord`; the check is in the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import fx, nn
@@ -35,7 +35,8 @@ from .errors import SelfCheckError, UnconvertedPoolError, UnsupportedModelError
 from .globalstate import LOCK
 from .graph_pass import module_uses, pool_nodes, replace_nodes, trace, unpassed_none_defaults
 from .planning import choose_plan
-from .recording import PoolEvent, Recording, normalize_example, record_pool_calls
+from .example import Example, read_example
+from .recording import PoolEvent, Recording, record_pool_calls
 from .replacements import ExactAdaptivePool
 from .report import REPORT_ATTRIBUTE, ConversionReport, PoolRecord
 
@@ -44,11 +45,14 @@ from .report import REPORT_ATTRIBUTE, ConversionReport, PoolRecord
 MAX_CHECK_ROUNDS = 16
 
 
-def convert(model: nn.Module, example_input: Any, *, strict: bool = False, dynamic: bool = False) -> nn.Module:
+def convert(model: nn.Module, example_input: Any, *, example_kwargs: Mapping[str, Any] | None = None,
+            strict: bool = False, dynamic: bool = False) -> nn.Module:
     """Return a model that computes the same function with every adaptive pool replaced exactly.
 
-    ``example_input`` follows ``torch.onnx.export``'s ``args``: a tensor, a tuple of positional
-    arguments, or any other single first argument (a list of images, a dict). Replacements are
+    ``example_input`` and ``example_kwargs`` are read as ``torch.onnx.export`` reads ``args`` and
+    ``kwargs``: a tuple of positional arguments or any other single argument (a tensor, a list of
+    images); without ``example_kwargs``, a dict ending the tuple holds the keyword arguments, so a
+    model taking a dict positionally is given ``(batch, {})``. Replacements are
     specialised to the spatial sizes this input produces and raise
     :class:`~fxpool.errors.SpatialSizeError` on other sizes, unless ``dynamic=True``, under which
     every pool computes its windows from the size it is given.
@@ -69,25 +73,39 @@ def convert(model: nn.Module, example_input: Any, *, strict: bool = False, dynam
     >>> report_of(converted).check.status
     'passed'
     """
-    converted, report = _convert(model, example_input, dynamic)
-    if strict and report.unconverted:
-        raise UnconvertedPoolError(
-            f"strict=True and {len(report.unconverted)} adaptive pool(s) would be left to PyTorch:\n"
-            + ConversionReport(report.unconverted).table()
-        )
-    if strict and report.check is not None and (report.check.actions
-                                                 or report.check.status not in ("passed", "skipped")):
-        raise SelfCheckError(f"strict=True and the self-check did not pass at once: {report.check.summary()}")
+    converted, report = _convert(model, read_example(example_input, example_kwargs), dynamic)
+    if strict:
+        enforce_strict(report, for_export=False)
     setattr(converted, REPORT_ATTRIBUTE, report)
     return converted
 
 
-def plan(model: nn.Module, example_input: Any, *, dynamic: bool = False) -> ConversionReport:
+def enforce_strict(report: ConversionReport, *, for_export: bool) -> None:
+    """What ``strict=True`` refuses: pools left to PyTorch, and a self-check that did not pass at once.
+
+    For ``convert`` every pool left to PyTorch counts; for ``export`` and ``onnx_export_hook`` only
+    those the export leaves to the stock exporter (average pools are lowered exactly at export).
+    """
+    left = report.unexportable if for_export else report.unconverted
+    if left:
+        translated = len(report.unconverted) - len(report.unexportable)
+        note = ("" if for_export or not translated else
+                f"\n{translated} of them are average pools that fxpool.export and onnx_export_hook lower exactly at "
+                f"export time, so strict=True there accepts them; here strict asks for every pool replaced in eager.")
+        what = "the export would leave to the stock exporter" if for_export else "would be left to PyTorch"
+        raise UnconvertedPoolError(f"strict=True and {len(left)} adaptive pool(s) {what}:\n"
+                                   + ConversionReport(left).table() + note)
+    if report.check is not None and (report.check.actions or report.check.status not in ("passed", "skipped")):
+        raise SelfCheckError(f"strict=True and the self-check did not pass at once: {report.check.summary()}")
+
+
+def plan(model: nn.Module, example_input: Any, *, example_kwargs: Mapping[str, Any] | None = None,
+         dynamic: bool = False) -> ConversionReport:
     """The report ``convert`` would produce, without handing back a converted model."""
-    return _convert(model, example_input, dynamic)[1]
+    return _convert(model, read_example(example_input, example_kwargs), dynamic)[1]
 
 
-def _convert(model: nn.Module, example_input: Any, dynamic: bool) -> tuple[nn.Module, ConversionReport]:
+def _convert(model: nn.Module, example: Example, dynamic: bool) -> tuple[nn.Module, ConversionReport]:
     if isinstance(model, torch.jit.ScriptModule):
         raise UnsupportedModelError(
             f"fxpool.convert got a TorchScript module ({type(model).__name__}); TorchScript code cannot be "
@@ -95,26 +113,25 @@ def _convert(model: nn.Module, example_input: Any, dynamic: bool) -> tuple[nn.Mo
             f"and script the converted model if you need TorchScript.")
     if not isinstance(model, nn.Module):
         raise TypeError(f"fxpool.convert needs an nn.Module, got {type(model).__name__}")
-    args = normalize_example(example_input)
     with LOCK:  # the example runs fork the global RNGs and torch.fx patches nn.Module while it traces
-        recording = record_pool_calls(model, args)
+        recording = record_pool_calls(model, example)
         undo = _Undo()
         first: tuple[nn.Module, _Conversion, SelfCheck] | None = None
         deterministic: bool | None = None  # asked once, at the first whole-model mismatch
         for _ in range(MAX_CHECK_ROUNDS):
             applied = tuple(undo.actions)
             conversion = _Conversion(recording, dynamic, undo, _fallback_device(model),
-                                     unpassed_none_defaults(model, args))
+                                     unpassed_none_defaults(model, example.args, example.kwargs))
             copy = structural_copy(model)
             conversion.paths = module_paths(copy)
             converted = conversion.module(copy, "")
-            check = self_check(converted, args, recording.output) if conversion.changed else _unchanged_check()
+            check = self_check(converted, example, recording.output) if conversion.changed else _unchanged_check()
             check = check.with_actions(applied)
             first = first or (converted, conversion, check)
             if check.status != "failed":
                 break
             if not check.failed_replacements and deterministic is None:
-                deterministic = not _nondeterministic(model, args, recording)
+                deterministic = not _nondeterministic(model, example, recording)
             if deterministic is False:
                 converted, conversion, check = first
                 check = _inconclusive(check)
@@ -140,9 +157,9 @@ def _inconclusive(check: SelfCheck) -> SelfCheck:
                      "example (it is not deterministic), so the comparison cannot decide")
 
 
-def _nondeterministic(model: nn.Module, args: tuple[Any, ...], recording: Recording) -> bool:
+def _nondeterministic(model: nn.Module, example: Example, recording: Recording) -> bool:
     """True when a second run of the unconverted model already differs from the recorded output."""
-    return self_check(structural_copy(model), args, recording.output).status == "failed"
+    return self_check(structural_copy(model), example, recording.output).status == "failed"
 
 
 def _fallback_device(model: nn.Module) -> torch.device:
@@ -310,6 +327,7 @@ class _Conversion:
                     replacement="left to PyTorch",
                     reason="inside a TorchScript (torch.jit.script) submodule, which fxpool can neither see into "
                            "nor rewrite; script it after converting instead",
+                    export_translated=sub.original_name.startswith("AdaptiveAvg"),
                 ))
 
     def _decide(self, call: PoolCall, events: Sequence[PoolEvent], location: str) -> nn.Module | None:
@@ -386,6 +404,7 @@ def _unconverted(event: PoolEvent | None, location: str, reason: str, call: Pool
         location=location, form=call.form, op=call.op, input_shape=None if event is None else event.input_shape,
         output_size=call.requested, output_shape=None if event is None else event.output_shape, converted=False,
         replacement="left to PyTorch", reason=reason, source=None if event is None else event.source,
+        export_translated=call.family == "avg" and not (event is not None and event.quantized),
     )
 
 

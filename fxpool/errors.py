@@ -33,3 +33,11 @@ class UnsupportedModelError(FxpoolError, TypeError):
 
 class SelfCheckError(FxpoolError):
     """``strict=True`` and the converted model did not match the original on the example at once."""
+
+
+class SpecialisedArgumentError(FxpoolError, ValueError):
+    """A converted model was given an optional argument the example left ``None``, or the reverse."""
+
+
+class ExportFailedError(FxpoolError, RuntimeError):
+    """``torch.onnx.export`` failed on a converted model; the message holds the conversion report."""

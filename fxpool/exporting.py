@@ -26,11 +26,11 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_leaves
 
-from .convert import convert
+from .convert import convert, enforce_strict
 from .copying import structural_copy
-from .errors import ExportVerificationError
+from .errors import ExportFailedError, ExportVerificationError, FxpoolError
 from .globalstate import LOCK
-from .recording import example_run, normalize_example
+from .example import example_run, read_example
 from .report import REPORT_ATTRIBUTE, ConversionReport, report_of
 from .symbolics import dynamo_translation_table, exporter_translations
 
@@ -57,22 +57,50 @@ def export(model: nn.Module, example_input: Any, f: str | os.PathLike[str], *, v
     unless every converted pool is size-agnostic (a mean, say) or ``dynamic=True``: a
     shape-specialised graph must not accept another size, so ``dynamic_axes``/``dynamic_shapes``
     that free a spatial axis are refused then.
+
+    ``example_input`` is ``torch.onnx.export``'s ``args`` and a ``kwargs=`` keyword its
+    ``kwargs``, read the same way (a dict ending ``args`` holds the keyword arguments).
     """
-    args = normalize_example(example_input)
+    example = read_example(example_input, kwargs.pop("kwargs", None))
     train = _exports_in_train_mode(model, kwargs)
     if train and verify:
         raise ValueError("training=TrainingMode.TRAINING exports the model in train mode, where dropout and "
                          "batch statistics make onnxruntime and PyTorch disagree by design; pass verify=False")
     reference = structural_copy(model, clone_buffers=True).train(train)
-    converted = convert(reference, example_input, strict=strict, dynamic=dynamic)
+    converted = convert(reference, example, dynamic=dynamic)
+    if strict:
+        enforce_strict(report_of(converted), for_export=True)
     refuse_dynamic_spatial_axes_for(converted, kwargs)
     path = os.fspath(f)
-    _export_with_translations(torch.onnx.export, converted, args, path, **kwargs)
+    # Keyword arguments as a trailing dict: both exporters read it so, and it keeps a dict that is
+    # the last positional argument from being taken for them.
+    try:
+        _export_with_translations(torch.onnx.export, converted, example.args + (dict(example.kwargs),), path,
+                                  **kwargs)
+    except FxpoolError:
+        raise
+    except Exception as error:  # the exporters' errors have no common base class
+        raise ExportFailedError(export_failure(error, report_of(converted))) from error
     histogram = op_histogram(path)
     if not verify:
         return ExportResult(path, report_of(converted), histogram, None, None)
-    abs_error, rel_error = verify_onnx(path, reference, args, rtol=rtol, atol=atol)
+    abs_error, rel_error = verify_onnx(path, reference, example, rtol=rtol, atol=atol)
     return ExportResult(path, report_of(converted), histogram, abs_error, rel_error)
+
+
+def export_failure(error: BaseException, report: ConversionReport) -> str:
+    """Why an export of a converted model failed: the exporter's own reason, and the report."""
+    root = error
+    while root.__cause__ is not None:  # the dynamo exporter wraps the reason several times
+        root = root.__cause__
+    reason = (str(root).strip().splitlines() or [type(root).__name__])[0].split("  [Caused by")[0]
+    if report.unexportable:
+        return (f"torch.onnx.export failed ({type(root).__name__}: {reason}). fxpool left "
+                f"{len(report.unexportable)} adaptive pool(s) to the stock exporter, marked (!) below with why; "
+                f"that is the likely cause.\n{report}")
+    return (f"torch.onnx.export failed ({type(root).__name__}: {reason}). fxpool converted or lowers every "
+            f"adaptive pool, so the cause lies elsewhere in the model; the full error is chained below.\n"
+            f"{report.summary()}")
 
 
 def _exports_in_train_mode(model: nn.Module, kwargs: dict[str, Any]) -> bool:
@@ -100,20 +128,35 @@ def op_histogram(path: str) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def run_onnxruntime(path: str, args: tuple[Any, ...], providers: list[str] | None = None) -> list[Any]:
-    """Outputs of the ONNX graph at ``path`` on the tensors of ``args``, in order."""
+def run_onnxruntime(path: str, example_input: Any, providers: list[str] | None = None, *,
+                    forward: Callable[..., Any] | None = None) -> list[Any]:
+    """Outputs of the ONNX graph at ``path`` on the tensors of ``example_input`` (read as ``convert`` reads it).
+
+    Graph inputs are fed by name where every one is named after a tensor argument of ``forward``
+    (the dynamo exporter's naming), else in order, keyword arguments in ``forward``'s parameter order.
+    """
     import onnxruntime
 
+    example = read_example(example_input)
     session = onnxruntime.InferenceSession(path, providers=providers or ["CPUExecutionProvider"])
-    tensors = [t for t in tree_leaves(args) if isinstance(t, torch.Tensor)]
     names = [i.name for i in session.get_inputs()]
-    feeds = {name: t.detach().cpu().numpy() for name, t in zip(names, tensors)}
-    return session.run(None, feeds)
+    named = example.tensors_in_signature_order(forward) if forward is not None else [("", t) for t in example.tensors()]
+    if forward is not None and len(named) != len(names):
+        named = example.tensors_in_signature_order(forward, defaults_as_inputs=True)
+    by_name = dict(named)
+    if len(by_name) == len(named) and set(names) <= set(by_name):
+        feeds = {name: by_name[name] for name in names}
+    else:
+        if len(names) != len(named):
+            raise ValueError(f"the graph has {len(names)} inputs ({', '.join(names)}) but the example "
+                             f"{example.describe()} holds {len(named)} tensors")
+        feeds = {name: tensor for name, (_, tensor) in zip(names, named)}
+    return session.run(None, {name: t.detach().cpu().numpy() for name, t in feeds.items()})
 
 
-def verify_onnx(path: str, model: nn.Module, args: tuple[Any, ...], *, rtol: float = 1e-4,
+def verify_onnx(path: str, model: nn.Module, example_input: Any, *, rtol: float = 1e-4,
                 atol: float = 1e-5) -> tuple[float, float]:
-    """Check the file and compare onnxruntime with ``model(*args)``; returns (max abs, max rel) error.
+    """Check the file and compare onnxruntime with ``model`` on the example; returns (max abs, max rel) error.
 
     An output passes where ``|ort - torch| <= atol * scale + rtol * |torch|`` elementwise, with
     ``scale`` the output's largest magnitude (at least 1): deep networks with random weights reach
@@ -122,13 +165,14 @@ def verify_onnx(path: str, model: nn.Module, args: tuple[Any, ...], *, rtol: flo
     """
     import onnx
 
+    example = read_example(example_input)
     try:
         onnx.checker.check_model(path)
-        outputs = run_onnxruntime(path, args)
+        outputs = run_onnxruntime(path, example, forward=model.forward)
     except Exception as error:
         raise ExportVerificationError(_failed(path, f"the exported graph does not load or run: {error}")) from error
-    with LOCK, example_run(args):
-        expected = [t for t in tree_leaves(structural_copy(model, clone_buffers=True)(*args))
+    with LOCK, example_run(example):
+        expected = [t for t in tree_leaves(example.call(structural_copy(model, clone_buffers=True)))
                     if isinstance(t, torch.Tensor)]
     if len(expected) != len(outputs):
         raise ExportVerificationError(_failed(path, f"onnxruntime gave {len(outputs)} outputs, PyTorch {len(expected)}"))
@@ -187,14 +231,16 @@ def _refuse_dynamic_spatial_axes(kwargs: dict[str, Any], specialised: list[str])
 
 
 class _Exported(nn.Module):
-    """A plain wrapper: the TorchScript exporter takes a GraphModule's ``.graph`` for a ScriptModule's."""
+    """A plain wrapper: the TorchScript exporter takes a GraphModule's ``.graph`` for a ScriptModule's.
+
+    It runs the GraphModule's own ``forward`` (not a ``*args, **kwargs`` one), because the exporter
+    maps keyword arguments onto ``forward``'s signature.
+    """
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model = model
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self.model(*args, **kwargs)
+        self.__dict__["forward"] = model.forward
 
 
 def _export_with_translations(export_fn: Any, model: Any, args: Any, f: Any, *rest: Any, **kwargs: Any) -> Any:
@@ -233,10 +279,20 @@ def _hooked_export(model: Any, args: Any = (), f: Any = None, *rest: Any, **kwar
         return original(model, args, f, *rest, **kwargs)
     options = active[-1]
     if isinstance(model, nn.Module) and not hasattr(model, REPORT_ATTRIBUTE):
-        model = convert(model, args, strict=options.strict, dynamic=options.dynamic)
-    if isinstance(model, nn.Module) and hasattr(model, REPORT_ATTRIBUTE):
+        model = convert(model, read_example(args, kwargs.get("kwargs")), dynamic=options.dynamic)
+        if options.strict:
+            enforce_strict(report_of(model), for_export=True)
+    report = getattr(model, REPORT_ATTRIBUTE, None)
+    if isinstance(model, nn.Module) and report is not None:
         refuse_dynamic_spatial_axes_for(model, kwargs)
-    return _export_with_translations(original, model, args, f, *rest, **kwargs)
+    try:
+        return _export_with_translations(original, model, args, f, *rest, **kwargs)
+    except FxpoolError:
+        raise
+    except Exception as error:
+        if isinstance(report, ConversionReport) and report.unexportable:  # say which pools it left, and why
+            raise ExportFailedError(export_failure(error, report)) from error
+        raise
 
 
 @contextmanager

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from typing import Mapping
 
 import torch
 from torch import fx, nn
 
 from .calls import PoolCall, describe_function, describe_module
 from .copying import graph_of, has_hooks
+from .errors import SpecialisedArgumentError
 from .globalstate import LOCK, refusing_export_branches
 
 NODE_POOL_CALL = "fxpool_pool_call"  # node.meta key: the PoolCall of a pool node
@@ -77,7 +79,63 @@ def trace(module: nn.Module, unpassed: tuple[str, ...] = ()) -> Traced:
     with LOCK, refusing_export_branches():
         graph = tracer.trace(root, concrete_args={name: None for name in unpassed} or None)
     name = module.__class__.__name__ if isinstance(module, nn.Module) else module.__name__
+    _guard_optional_arguments(graph, root, set(unpassed), name)
     return Traced(fx.GraphModule(tracer.root, graph, name), tuple(tracer.opaque_leaves))
+
+
+@fx.node.has_side_effect
+def check_optional_argument(value: object, name: str, traced_as_none: bool, owner: str) -> object:
+    """The guard a traced graph runs on each argument that defaults to ``None``.
+
+    The graph holds only the branch the example took (``if mask is not None``), so the other
+    spelling must be refused, not run down the wrong branch.
+    """
+    if (value is None) == traced_as_none:
+        return value
+    if traced_as_none:
+        raise SpecialisedArgumentError(
+            f"{owner}.forward was converted with {name!r} left out (None), so only the code for a missing "
+            f"{name} was kept, but it was given {type(value).__name__}; convert with an example that passes "
+            f"{name} (e.g. fxpool.convert(model, (x, {{{name!r}: {name}}}))) to keep that code")
+    raise SpecialisedArgumentError(
+        f"{owner}.forward was converted with {name!r} given, so only the code for a given {name} was kept, "
+        f"but it was called with {name}=None; convert with an example that leaves {name} out for that code")
+
+
+fx.wrap("check_optional_argument")  # kept as one node when a converted graph is traced again
+
+
+def _guard_optional_arguments(graph: fx.Graph, root: nn.Module, traced_as_none: set[str], owner: str) -> None:
+    """Insert :func:`check_optional_argument` for each parameter of ``root.forward`` defaulting to ``None``.
+
+    Parameters traced as ``None`` get their own name back (torch.fx renames them ``mask_1`` and
+    asserts with a bare AssertionError); the others pass through the guard to their users.
+    """
+    try:
+        parameters = list(inspect.signature(root.forward).parameters.values())
+    except (TypeError, ValueError):
+        return
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if len(placeholders) != len(parameters) or any(p.kind not in kinds for p in parameters):
+        return  # *args/**kwargs: placeholders do not map one-to-one onto parameters
+    last = placeholders[-1]
+    for node, parameter in zip(placeholders, parameters):
+        if parameter.default is not None:
+            continue
+        none = parameter.name in traced_as_none
+        if any(user.target is check_optional_argument for user in node.users):
+            continue  # a graph traced again keeps the guards it has
+        if none:
+            for user in list(node.users):
+                if user.op == "call_function" and getattr(user.target, "__name__", "") == "_assert_is_none":
+                    graph.erase_node(user)
+            node.target = parameter.name
+        with graph.inserting_after(last):
+            guard = graph.call_function(check_optional_argument, (node, parameter.name, none, owner))
+        last = guard
+        if not none:
+            node.replace_all_uses_with(guard, delete_user_cb=lambda user: user is not guard)
 
 
 @dataclass(frozen=True)
@@ -86,16 +144,17 @@ class PoolNode:
     call: PoolCall
 
 
-def unpassed_none_defaults(module: nn.Module, args: tuple[object, ...]) -> tuple[str, ...]:
-    """Parameters of ``module.forward`` that default to ``None`` and that ``args`` leave out."""
+def unpassed_none_defaults(module: nn.Module, args: tuple[object, ...],
+                           kwargs: Mapping[str, object] | None = None) -> tuple[str, ...]:
+    """Parameters of ``module.forward`` that default to ``None`` and that the example leaves out or passes as ``None``."""
     try:
         signature = inspect.signature(module.forward)
-        bound = signature.bind_partial(*args)
+        bound = signature.bind_partial(*args, **(kwargs or {}))
     except (TypeError, ValueError):  # no signature, or args that do not fit it: trace as is
         return ()
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     return tuple(name for name, parameter in signature.parameters.items()
-                 if name not in bound.arguments and parameter.kind in kinds and parameter.default is None)
+                 if bound.arguments.get(name) is None and parameter.kind in kinds and parameter.default is None)
 
 
 def pool_nodes(gm: fx.GraphModule) -> list[PoolNode]:

@@ -1,7 +1,7 @@
 """One side-effect-free forward pass that records every adaptive pool call with its sizes.
 
 :func:`record_pool_calls` runs the model once on the example input, on a :func:`structural_copy`
-with cloned buffers, under :func:`example_run` (``torch.no_grad()``, torch's and Python's random
+with cloned buffers, under :func:`~fxpool.example.example_run` (``torch.no_grad()``, torch's and Python's random
 generators forked), so the caller's parameters, buffers (batch-norm running stats), training
 flags and random state stay bit-identical. Module
 hooks keep a stack of the modules being run; a ``TorchFunctionMode`` sees every functional pool
@@ -13,19 +13,19 @@ from __future__ import annotations
 
 import inspect
 import os
-import random
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_leaves, tree_map
+from torch.utils._pytree import tree_map
 
 from .calls import PoolCall, describe_function, describe_module
 from .copying import module_paths, structural_copy
 from .errors import ExampleInputError, FxpoolError, PoolCallError
+from .example import Example, example_run
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _FXPOOL_DIR = os.path.dirname(__file__)
@@ -77,38 +77,8 @@ class Recording:
         return [e for e in self.events if any(n == name or n.startswith(prefix) for n, _ in e.scope)]
 
 
-@contextmanager
-def example_run(args: tuple[Any, ...]) -> Iterator[None]:
-    """No gradients, and every random generator the model may draw from restored afterwards.
-
-    Each example run starts from the caller's current RNG state, so two runs draw the same dropout
-    masks; the caller's state is unchanged afterwards.
-    """
-    devices = sorted({leaf.device.index or 0 for leaf in tree_leaves(args)
-                      if isinstance(leaf, torch.Tensor) and leaf.device.type == "cuda"})
-    python_state = random.getstate()
-    try:
-        with ExitStack() as stack:
-            stack.enter_context(torch.random.fork_rng(devices=devices))
-            stack.enter_context(torch.no_grad())
-            yield
-    finally:
-        random.setstate(python_state)
-
-
-def normalize_example(example_input: Any) -> tuple[Any, ...]:
-    """``torch.onnx.export``'s ``args`` convention: a tensor, a tuple of arguments, or one argument."""
-    args = example_input if isinstance(example_input, tuple) else (example_input,)
-    if not any(isinstance(leaf, torch.Tensor) for leaf in tree_leaves(args)):
-        raise ExampleInputError(
-            f"the example input holds no tensor (got {type(example_input).__name__}); pass the input "
-            f"you would give the model, e.g. torch.randn(1, 3, 224, 224), or a tuple of its arguments"
-        )
-    return args
-
-
-def record_pool_calls(model: nn.Module, args: tuple[Any, ...]) -> Recording:
-    """Run ``model(*args)`` once without side effects and record every adaptive pool call.
+def record_pool_calls(model: nn.Module, example: Example) -> Recording:
+    """Run the model once on ``example`` without side effects and record every adaptive pool call.
 
     Scripted submodules (``torch.jit.script``) are run as they are: neither hooks nor the
     function mode see inside them.
@@ -164,21 +134,21 @@ def record_pool_calls(model: nn.Module, args: tuple[Any, ...]) -> Recording:
                 continue
             cleanup.enter_context(module.register_forward_pre_hook(pre_hook))
             cleanup.enter_context(module.register_forward_hook(post_hook, always_call=True))
-        cleanup.enter_context(example_run(args))
+        cleanup.enter_context(example_run(example))
         cleanup.enter_context(PoolCallRecorder())
         pre_pool_hooks = [module.register_forward_pre_hook(_make_validator(call, names[id(module)][0]))
                           for module in probe.modules() if (call := pool_modules.get(id(module))) is not None]
         for handle in pre_pool_hooks:
             cleanup.enter_context(handle)
         try:
-            recording.output = tree_map(_detached, probe(*args))
+            recording.output = tree_map(_detached, example.call(probe))
         except FxpoolError:
             raise
         except Exception as error:  # the model's own failure, reported with the example's shapes
             raise ExampleInputError(
                 f"{type(model).__name__}.forward raised {type(error).__name__} on the example input "
-                f"{_describe_args(args)}: {str(error).rstrip('.')}. Nothing was converted; pass an example input the "
-                f"model accepts (the one you would give torch.onnx.export)."
+                f"{example.describe()}: {str(error).rstrip('.')}. Nothing was converted; pass an example input the "
+                f"model accepts (the one you would give torch.onnx.export).{_keyword_hint(example, error)}"
             ) from error
     return recording
 
@@ -263,7 +233,8 @@ def _caller_source() -> str | None:
     return None
 
 
-def _describe_args(args: tuple[Any, ...]) -> str:
-    parts = [f"{type(a).__name__}{tuple(a.shape)}" if isinstance(a, torch.Tensor) else type(a).__name__
-             for a in args]
-    return "(" + ", ".join(parts) + ")"
+def _keyword_hint(example: Example, error: Exception) -> str:
+    if not example.kwargs or not isinstance(error, TypeError):
+        return ""
+    return (" The dict at the end of the example was read as keyword arguments, as torch.onnx.export reads it; "
+            "to pass a dict positionally, end the tuple with an empty dict: (batch, {}).")

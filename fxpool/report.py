@@ -31,6 +31,14 @@ class PoolRecord:
     reason: str
     size_agnostic: bool = False
     source: str | None = None
+    # Left to PyTorch but an average pool on float input: fxpool.export and onnx_export_hook lower
+    # it exactly at export time (fxpool.symbolics), so only eager PyTorch still runs the native op.
+    export_translated: bool = False
+
+    @property
+    def exports_exactly(self) -> bool:
+        """Whether fxpool's exports carry this pool as exact, portable ONNX."""
+        return self.converted or self.export_translated
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,11 @@ class ConversionReport:
     @property
     def unconverted(self) -> tuple[PoolRecord, ...]:
         return tuple(r for r in self.records if not r.converted)
+
+    @property
+    def unexportable(self) -> tuple[PoolRecord, ...]:
+        """Pools fxpool's exports leave to the stock exporter: unconverted and not translated at export."""
+        return tuple(r for r in self.records if not r.exports_exactly)
 
     def counts(self) -> dict[str, int]:
         """How many pools got each replacement kind (first word of the replacement)."""
@@ -75,7 +88,8 @@ class ConversionReport:
                 r.op,
                 _shape(r.input_shape),
                 r.output_size,
-                r.replacement + ("" if r.converted else " (!)"),
+                r.replacement + ("" if r.converted else " (export: fxpool translation)" if r.export_translated
+                                 else " (!)"),
                 r.reason,
             )
             for r in self.records
@@ -88,8 +102,10 @@ class ConversionReport:
     def summary(self) -> str:
         reached = "whole model traced" if "" in self.traced else (
             f"traced submodules: {', '.join(self.traced) or 'none'}")
+        translated = len(self.unconverted) - len(self.unexportable)
+        at_export = f" ({translated} of them exported exactly by fxpool's translations)" if translated else ""
         return (f"{len(self.records)} adaptive pool(s): {len(self.converted)} converted, "
-                f"{len(self.unconverted)} left to PyTorch; {reached}")
+                f"{len(self.unconverted)} left to PyTorch{at_export}; {reached}")
 
     def __str__(self) -> str:
         parts = [self.summary()]

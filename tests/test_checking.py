@@ -11,6 +11,7 @@ from torch import nn
 import fxpool
 from fxpool import SelfCheckError, report_of
 from fxpool.checking import TOLERANCE, compare_outputs, self_check
+from fxpool.example import read_example
 
 from idioms import Optional
 
@@ -65,7 +66,7 @@ def test_a_graph_whose_model_output_disagrees_is_converted_below() -> None:
     converted = fxpool.convert(model, x)
     report = report_of(converted)
     assert report.check is not None and report.check.status == "passed"
-    assert any("child" in action and "raised TypeError" in action for action in report.check.actions)
+    assert any("child" in action and "raised SpecialisedArgumentError" in action for action in report.check.actions)
     assert [r.location for r in report.converted] == ["child.pool"]
     torch.testing.assert_close(converted(x), model(x), rtol=1e-6, atol=1e-6)
     with pytest.raises(SelfCheckError):
@@ -119,5 +120,5 @@ def test_self_check_reports_a_converted_model_that_raises() -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             raise RuntimeError("broken")
 
-    check = self_check(Raises(), (torch.randn(1),), torch.randn(1))
+    check = self_check(Raises(), read_example(torch.randn(1)), torch.randn(1))
     assert check.status == "failed" and "raised RuntimeError: broken" in (check.mismatch or "")

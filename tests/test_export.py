@@ -170,10 +170,51 @@ def test_exporter_level_translation_handles_export_only_pools(dynamo: bool, tmp_
     assert result.max_abs_error < 1e-5
 
 
+class ExportTimeOnly(nn.Module):
+    """A pool that exists only under export, of any rank, as smp's PSPNet switches to one."""
+
+    def __init__(self, pool) -> None:
+        super().__init__()
+        self.pool = pool
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(x) if torch.onnx.is_in_onnx_export() else self.pool(x.clone())
+
+
+EXPORT_TIME_POOLS = {  # name: (pool, example shape, the dynamic axes, sizes to run at)
+    "area-7x5": (lambda x: F.interpolate(x, size=(7, 5), mode="area"), (1, 3, 10, 10), (2, 3),
+                 [(4, 3), (10, 10), (13, 17), (31, 64), (3, 100)]),
+    "none-x4": (lambda x: F.adaptive_avg_pool2d(x, (None, 4)), (1, 3, 10, 10), (2, 3), [(5, 9), (12, 3)]),
+    "1d-5": (lambda x: F.interpolate(x, size=5, mode="area"), (2, 3, 12), (2,), [(7,), (5,), (3,), (64,)]),
+    "3d-2x3x4": (lambda x: F.adaptive_avg_pool3d(x, (2, 3, 4)), (1, 2, 6, 7, 8), (2, 3, 4), [(5, 5, 5), (9, 4, 13)]),
+    "area-scale-0.4": (lambda x: F.interpolate(x, scale_factor=0.4, mode="area"), (1, 3, 10, 10), (2, 3),
+                       [(10, 10), (13, 7), (31, 64)]),  # the output size is computed in the graph
+}
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+@pytest.mark.parametrize("case", list(EXPORT_TIME_POOLS))
+def test_export_time_pools_export_with_dynamic_spatial_axes_exactly(case: str, dynamo: bool, tmp_path) -> None:
+    pool, shape, axes, sizes = EXPORT_TIME_POOLS[case]
+    model = ExportTimeOnly(pool).eval()
+    path = tmp_path / "dyn.onnx"
+    if dynamo:
+        options = {"dynamic_shapes": ({a: torch.export.Dim(f"d{a}", min=2, max=512) for a in axes},)}
+    else:
+        options = {"dynamic_axes": {"x": {a: f"d{a}" for a in axes}}, "input_names": ["x"]}
+    result = fxpool.export(model, torch.randn(*shape), path, dynamo=dynamo, dynamic=True, **options)
+    assert "Range" in result.op_histogram  # the windows are built from the runtime size
+    assert not (FORBIDDEN - {"Gather"}) & set(result.op_histogram), result.op_histogram
+    for spatial in sizes:
+        x = torch.randn(*shape[:2], *spatial)
+        (out,) = run_onnxruntime(str(path), (x,))
+        torch.testing.assert_close(torch.from_numpy(out), pool(x), rtol=1e-5, atol=1e-6)
+
+
 def test_failed_verification_raises_and_moves_the_file(tmp_path, monkeypatch) -> None:
     import fxpool.exporting as export_module
 
-    monkeypatch.setattr(export_module, "run_onnxruntime", lambda path, args: [torch.zeros(1, 4, 7, 7).numpy()])
+    monkeypatch.setattr(export_module, "run_onnxruntime", lambda path, args, **_: [torch.zeros(1, 4, 7, 7).numpy()])
     with pytest.raises(fxpool.ExportVerificationError, match="differs from PyTorch by up to"):
         fxpool.export(pooled((7, 7)), torch.randn(1, 3, 10, 10), tmp_path / "m.onnx", dynamo=False)
     assert (tmp_path / "m.onnx.failed").exists() and not (tmp_path / "m.onnx").exists()
@@ -190,7 +231,7 @@ def test_verification_tolerance_scales_with_the_output(offset: float, passes: bo
     scale = 1e4 / expected.abs().max()
     model = nn.Sequential(model, Scale(scale))
     monkeypatch.setattr(export_module, "run_onnxruntime",
-                        lambda path, args: [(expected * scale + offset).numpy()])
+                        lambda path, args, **_: [(expected * scale + offset).numpy()])
     if passes:
         fxpool.export(model, x, tmp_path / "m.onnx", dynamo=False)
     else:
@@ -320,3 +361,88 @@ def test_convert_from_several_threads_leaves_no_global_changed() -> None:
     assert nn.Module.__call__ is call and nn.Module.__getattr__ is getattr_
     assert not is_stand_in(torch.onnx.is_in_onnx_export)
     torch.testing.assert_close(fxpool.convert(model, x)(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+class UntraceablePools(nn.Module):
+    """Functional pools in a forward torch.fx cannot trace (control flow on a size; torch.export can)."""
+
+    def __init__(self, family: str) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+        self.family = family
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv(x)
+        if x.shape[-1] > 1:  # torch.fx makes the size a proxy and cannot branch on it
+            pool = F.adaptive_avg_pool2d if self.family == "avg" else F.adaptive_max_pool2d
+            x = pool(x, 7)
+        return x
+
+
+def test_the_report_says_which_left_pools_the_export_still_lowers_exactly_and_strict_tells_them_apart(
+        tmp_path) -> None:
+    x = torch.randn(1, 3, 10, 10)
+    report = fxpool.plan(UntraceablePools("avg"), x)
+    (left,) = report.unconverted
+    assert left.export_translated and left.exports_exactly and not report.unexportable
+    assert "1 of them exported exactly by fxpool's translations" in report.summary()
+    assert "(export: fxpool translation)" in report.table()
+    with pytest.raises(fxpool.UnconvertedPoolError, match="lower exactly at export time"):
+        fxpool.convert(UntraceablePools("avg"), x, strict=True)
+    for dynamo in (False, True):  # export's strict accepts what the export lowers exactly, and it verifies
+        result = fxpool.export(UntraceablePools("avg"), x, tmp_path / f"avg-{dynamo}.onnx", dynamo=dynamo, strict=True)
+        assert result.max_abs_error is not None and result.max_abs_error < 1e-5
+        assert not FORBIDDEN & set(result.op_histogram), result.op_histogram
+    with fxpool.onnx_export_hook(strict=True):
+        torch.onnx.export(UntraceablePools("avg"), (x,), str(tmp_path / "hooked.onnx"), dynamo=False)
+
+    report = fxpool.plan(UntraceablePools("max"), x)
+    assert not report.unconverted[0].export_translated and len(report.unexportable) == 1
+    with pytest.raises(fxpool.UnconvertedPoolError, match="export would leave to the stock exporter"):
+        fxpool.export(UntraceablePools("max"), x, tmp_path / "max.onnx", strict=True)
+    with pytest.raises(fxpool.UnconvertedPoolError, match="export would leave to the stock exporter"):
+        with fxpool.onnx_export_hook(strict=True):
+            torch.onnx.export(UntraceablePools("max"), (x,), str(tmp_path / "max-hooked.onnx"), dynamo=False)
+
+
+@pytest.mark.parametrize("pool,size", [(nn.AdaptiveAvgPool2d(5), 10), (nn.AdaptiveAvgPool2d(7), 10),
+                                       (nn.AdaptiveAvgPool2d(20), 10), (nn.AdaptiveMaxPool2d(7), 10)],
+                         ids=["avgpool", "matmul", "upsample", "max-gather"])
+def test_torch_export_with_dynamic_spatial_axes_on_a_specialised_model_raises_fxpools_error(pool, size) -> None:
+    converted = fxpool.convert(nn.Sequential(nn.Conv2d(3, 4, 1), pool).eval(), torch.randn(1, 3, size, size))
+    dims = ({2: torch.export.Dim("h", min=2, max=256), 3: torch.export.Dim("w", min=2, max=256)},)
+    with pytest.raises(fxpool.SpatialSizeError, match=r"specialised for spatial size \(10, 10\).*dynamic=True"):
+        torch.export.export(converted, (torch.randn(1, 3, size, size),), dynamic_shapes=dims)
+
+
+class MaxHead(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+        self.pool = nn.AdaptiveMaxPool2d(7)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(self.conv(x))
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_an_export_that_fails_on_a_pool_fxpool_left_says_so_with_the_report(dynamo: bool, tmp_path) -> None:
+    options = ({"dynamic_shapes": ({2: torch.export.Dim.AUTO, 3: torch.export.Dim.AUTO},)} if dynamo
+               else {"dynamic_axes": {"x": {2: "h", 3: "w"}}, "input_names": ["x"]})
+    with pytest.raises(fxpool.ExportFailedError, match=r"(?s)left 1 adaptive pool\(s\) to the stock exporter.*"
+                                                       r"pool .*left to PyTorch \(!\).*max pool depends on its input size"):
+        fxpool.export(MaxHead().eval(), torch.randn(1, 3, 10, 10), tmp_path / "m.onnx", dynamo=dynamo, dynamic=True,
+                      **options)
+
+
+def test_cli_prints_the_report_and_exits_2_on_an_export_it_cannot_do(tmp_path) -> None:
+    run = subprocess.run([sys.executable, "-m", "fxpool.cli", "export", f"{__file__}:MaxHead", "--input-shape",
+                          "1,3,10,10", "--dynamic-hw", "-o", str(tmp_path / "m.onnx")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2, run.stderr
+    assert "ExportFailedError" in run.stderr and "max pool depends on its input size" in run.stderr
+    assert "Traceback" not in run.stderr
+    debug = subprocess.run([sys.executable, "-m", "fxpool.cli", "--debug", "export", f"{__file__}:MaxHead",
+                            "--input-shape", "1,3,10,10", "--dynamic-hw", "-o", str(tmp_path / "m.onnx")],
+                           capture_output=True, text=True, timeout=300)
+    assert debug.returncode == 1 and "Traceback" in debug.stderr

@@ -1,0 +1,166 @@
+"""Example inputs are read as torch.onnx.export reads them: dicts, keyword arguments and kwargs=."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+from torch.onnx._internal.exporter._compat import _get_torch_export_args
+
+import fxpool
+from fxpool import ExampleInputError, SpecialisedArgumentError, report_of
+from fxpool.example import read_example
+from fxpool.exporting import run_onnxruntime
+
+EXPORTERS = [pytest.param(False, id="torchscript"), pytest.param(True, id="dynamo")]
+
+
+class TakesDict(nn.Module):
+    """A model whose one positional argument is a dict (detection and multi-modal code)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+        self.pool = nn.AdaptiveAvgPool2d(7)  # 10 -> 7: the stock TorchScript exporter refuses it
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.pool(self.conv(batch["image"])) * batch["scale"]
+
+
+class TakesKeywords(nn.Module):
+    """An image plus an optional mask of another channel count, and a keyword-only gain."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+        self.pool = nn.AdaptiveAvgPool2d(7)
+
+    def forward(self, image: torch.Tensor, mask: torch.Tensor | None = None, *, gain: float = 1.0) -> torch.Tensor:
+        y = self.pool(self.conv(image))
+        if mask is not None:
+            y = y * self.pool(mask)
+        return y * gain
+
+
+def image() -> torch.Tensor:
+    return torch.randn(1, 3, 10, 10)
+
+
+def mask() -> torch.Tensor:
+    return torch.rand(1, 4, 10, 10)
+
+
+def batch() -> dict[str, torch.Tensor]:
+    return {"image": image(), "scale": torch.tensor(2.0)}
+
+
+@pytest.mark.parametrize("args,kwargs", [
+    ((image(),), None),
+    ((image(), {"mask": mask()}), None),
+    (({"image": image()},), None),
+    ((batch(), {}), None),
+    ((image(), {"not": "keywords"}), {"mask": mask()}),
+    ((image(), mask()), {}),
+], ids=["tensor", "trailing-dict", "only-dict", "dict-then-empty", "dict-and-kwargs", "empty-kwargs"])
+def test_the_example_is_read_exactly_as_the_dynamo_exporter_reads_it(args: tuple, kwargs: dict | None) -> None:
+    ours = read_example(args, kwargs)
+    theirs_args, theirs_kwargs = _get_torch_export_args(args, kwargs)
+    assert ours.args == tuple(theirs_args)
+    assert dict(ours.kwargs) == dict(theirs_kwargs or {})
+
+
+def test_a_lone_tensor_and_a_lone_dict_are_one_argument_and_keyword_arguments() -> None:
+    x = image()
+    assert read_example(x).args == (x,) and not read_example(x).kwargs
+    assert read_example({"image": x}).args == () and dict(read_example({"image": x}).kwargs) == {"image": x}
+
+
+def test_a_model_taking_a_dict_converts_and_exports_with_torch_onnx_spelling(tmp_path) -> None:
+    model, example = TakesDict().eval(), batch()
+    converted = fxpool.convert(model, (example, {}))
+    assert [r.replacement for r in report_of(converted).converted] == ["kron-matmul HW 10x10->7x7"]
+    torch.testing.assert_close(converted(example), model(example), rtol=1e-5, atol=1e-6)
+    for dynamo in (False, True):
+        result = fxpool.export(model, (example, {}), tmp_path / f"dict-{dynamo}.onnx", dynamo=dynamo)
+        assert result.max_abs_error is not None and result.max_abs_error < 1e-5
+
+
+def test_a_dict_read_as_keywords_by_mistake_says_how_to_pass_it_positionally() -> None:
+    with pytest.raises(ExampleInputError, match=r"read as keyword arguments.*\(batch, \{\}\)"):
+        fxpool.convert(TakesDict(), batch())
+
+
+@pytest.mark.parametrize("spelling", ["trailing-dict", "example_kwargs", "only-keywords"])
+def test_keyword_arguments_reach_the_recording_the_trace_and_the_self_check(spelling: str) -> None:
+    model, x, m = TakesKeywords().eval(), image(), mask()
+    keywords = {"mask": m, "gain": 3.0}
+    if spelling == "trailing-dict":
+        converted = fxpool.convert(model, (x, keywords))
+    elif spelling == "example_kwargs":
+        converted = fxpool.convert(model, x, example_kwargs=keywords)
+    else:
+        converted = fxpool.convert(model, ({"image": x, **keywords},))
+    report = report_of(converted)
+    assert report.check.status == "passed", report.check.summary()
+    assert len(report.converted) == 2 and not report.unconverted, report
+    torch.testing.assert_close(converted(x, mask=m, gain=3.0), model(x, mask=m, gain=3.0), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dynamo", EXPORTERS)
+def test_export_takes_kwargs_in_any_order_and_feeds_onnxruntime_by_parameter(dynamo: bool, tmp_path) -> None:
+    # mask and image differ in channels, so feeding them to the wrong graph input cannot pass
+    model, x, m = TakesKeywords().eval(), image(), mask()
+    result = fxpool.export(model, (), tmp_path / "kw.onnx", kwargs={"mask": m, "image": x}, dynamo=dynamo)
+    assert result.max_abs_error is not None and result.max_abs_error < 1e-5
+    assert len(result.report.converted) == 2
+    result = fxpool.export(model, (x, {"mask": m}), tmp_path / "trailing.onnx", dynamo=dynamo)
+    assert result.max_abs_error is not None and result.max_abs_error < 1e-5
+
+
+@pytest.mark.parametrize("dynamo", EXPORTERS)
+def test_the_hook_reads_kwargs_as_torch_onnx_export_does(dynamo: bool, tmp_path) -> None:
+    model, x, m = TakesKeywords().eval(), image(), mask()
+    path = str(tmp_path / "hooked.onnx")
+    with fxpool.onnx_export_hook(strict=True):
+        torch.onnx.export(model, (), path, kwargs={"image": x, "mask": m}, dynamo=dynamo)
+    (out,) = run_onnxruntime(path, ({"image": x, "mask": m},), forward=model.forward)
+    with torch.no_grad():
+        expected = model(x, mask=m)
+    torch.testing.assert_close(torch.from_numpy(out), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("example_mask", ["left-out", "None"])
+def test_an_optional_argument_the_example_left_none_is_refused_when_given(example_mask: str) -> None:
+    # torch.fx keeps only the branch the example took; a mask given later must not be ignored
+    model, x, m = TakesKeywords().eval(), image(), mask()
+    converted = fxpool.convert(model, x if example_mask == "left-out" else (x, {"mask": None}))
+    torch.testing.assert_close(converted(x), model(x), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(converted(x, None), model(x, None), rtol=1e-5, atol=1e-6)
+    for call in (lambda: converted(x, m), lambda: converted(x, mask=m)):
+        with pytest.raises(SpecialisedArgumentError, match=r"'mask' left out.*convert with an example that passes mask"):
+            call()
+
+
+def test_an_optional_argument_the_example_gave_is_refused_when_left_out() -> None:
+    model, x, m = TakesKeywords().eval(), image(), mask()
+    converted = fxpool.convert(model, (x, {"mask": m}))
+    with pytest.raises(SpecialisedArgumentError, match=r"'mask' given.*called with mask=None"):
+        converted(x)
+
+
+def test_the_guards_survive_copies_and_a_second_conversion() -> None:
+    model, x, m = TakesKeywords().eval(), image(), mask()
+    converted = fxpool.convert(model, x)
+    for again in (copy.deepcopy(converted), fxpool.convert(converted, x)):
+        torch.testing.assert_close(again(x), model(x), rtol=1e-5, atol=1e-6)
+        with pytest.raises(SpecialisedArgumentError):
+            again(x, m)
+
+
+@pytest.mark.parametrize("dynamo", EXPORTERS)
+def test_a_left_out_optional_argument_exports_without_it(dynamo: bool, tmp_path) -> None:
+    model, x = TakesKeywords().eval(), image()
+    result = fxpool.export(model, x, tmp_path / "no-mask.onnx", dynamo=dynamo)
+    assert result.max_abs_error is not None and result.max_abs_error < 1e-5
