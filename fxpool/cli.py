@@ -7,63 +7,14 @@ MODEL is ``torchvision:NAME`` (built with ``weights=None``), ``package.module:ca
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
-import inspect
 import json
 import sys
-from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 from torch import nn
 
-
-class ModelSpecError(ValueError):
-    """A MODEL argument that names no model."""
-
-
-def build_torchvision(name: str, **kwargs: Any) -> nn.Module:
-    """A torchvision model in eval mode, with no pretrained weights (nothing is downloaded)."""
-    import torchvision
-
-    kwargs["weights"] = None
-    if "weights_backbone" in inspect.signature(torchvision.models.get_model_builder(name)).parameters:
-        kwargs["weights_backbone"] = None
-    return torchvision.models.get_model(name, **kwargs).eval()
-
-
-def load_model(spec: str) -> nn.Module:
-    """Build the model a MODEL spec names, in eval mode."""
-    source, sep, name = spec.rpartition(":")
-    if not sep or not source or not name:
-        raise ModelSpecError(f"model spec {spec!r}: expected torchvision:NAME, module:callable or file.py:callable")
-    if source == "torchvision":
-        import torchvision
-
-        if name not in torchvision.models.list_models():
-            raise ModelSpecError(f"torchvision has no model {name!r}; see torchvision.models.list_models()")
-        return build_torchvision(name)
-    if source.endswith(".py"):
-        path = Path(source)
-        if not path.is_file():
-            raise ModelSpecError(f"model spec {spec!r}: no file {source}")
-        module_spec = importlib.util.spec_from_file_location(path.stem, path)
-        assert module_spec is not None and module_spec.loader is not None
-        module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
-    else:
-        try:
-            module = importlib.import_module(source)
-        except ImportError as error:
-            raise ModelSpecError(f"model spec {spec!r}: cannot import {source}: {error}") from error
-    factory = getattr(module, name, None)
-    if not callable(factory):
-        raise ModelSpecError(f"model spec {spec!r}: {source} has no callable {name!r}")
-    model = factory()
-    if not isinstance(model, nn.Module):
-        raise ModelSpecError(f"model spec {spec!r}: {name}() returned {type(model).__name__}, not an nn.Module")
-    return model.eval()
+from .loading import ModelSpecError, load_model
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -101,8 +52,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--debug", action="store_true", help="show the full traceback of fxpool's errors")
     args = parser.parse_args(argv)
     if args.command == "zoo":
-        from model_zoo_checks import zoo as zoo_module
-
+        try:
+            from model_zoo_checks import zoo as zoo_module
+        except ImportError:
+            print("fxpool zoo: the model-zoo sweep (model_zoo_checks/) ships with the source checkout, not with the "
+                  "installed package. Clone the repository and run `make zoo` there (or `python -m model_zoo_checks.zoo` "
+                  "from its root); `fxpool inspect` and `fxpool export` work anywhere.", file=sys.stderr)
+            return 2
         return zoo_module.main(args.rest)
     try:
         model = load_model(args.model)

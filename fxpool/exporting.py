@@ -16,7 +16,9 @@ onnx and onnxruntime are imported only when needed (the ``fxpool[onnx]`` extra).
 from __future__ import annotations
 
 import os
+import re
 import threading
+import warnings
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -74,9 +76,13 @@ def export(model: nn.Module, example_input: Any, f: str | os.PathLike[str], *, v
     path = os.fspath(f)
     # Keyword arguments as a trailing dict: both exporters read it so, and it keeps a dict that is
     # the last positional argument from being taken for them.
+    kwargs.setdefault("verbose", False)  # the dynamo exporter prints its progress unless told not to
     try:
-        _export_with_translations(torch.onnx.export, converted, example.args + (dict(example.kwargs),), path,
-                                  **kwargs)
+        with warnings.catch_warnings():  # the TorchScript exporter's deprecation notice on every call
+            warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
+            warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export", category=DeprecationWarning)
+            _export_with_translations(torch.onnx.export, converted, example.args + (dict(example.kwargs),), path,
+                                      **kwargs)
     except FxpoolError:
         raise
     except Exception as error:  # the exporters' errors have no common base class
@@ -88,17 +94,30 @@ def export(model: nn.Module, example_input: Any, f: str | os.PathLike[str], *, v
     return ExportResult(path, report_of(converted), histogram, abs_error, rel_error)
 
 
+def exporter_reason(error: BaseException) -> str:
+    """What an exporter's error says, in one line: its innermost cause's first line, colours removed.
+
+    The dynamo exporter wraps the reason several times under generic texts ("Failed to convert the
+    exported program to an ONNX model ... Next steps:"); the innermost one names the op or the
+    construct it could not handle.
+    """
+    root = error
+    while root.__cause__ is not None:
+        root = root.__cause__
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(root)).strip()
+    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
+    line = line.split("  [Caused by")[0].strip()
+    return f"{type(root).__name__}: {line}" if line else type(root).__name__
+
+
 def export_failure(error: BaseException, report: ConversionReport) -> str:
     """Why an export of a converted model failed: the exporter's own reason, and the report."""
-    root = error
-    while root.__cause__ is not None:  # the dynamo exporter wraps the reason several times
-        root = root.__cause__
-    reason = (str(root).strip().splitlines() or [type(root).__name__])[0].split("  [Caused by")[0]
+    reason = exporter_reason(error)
     if report.unexportable:
-        return (f"torch.onnx.export failed ({type(root).__name__}: {reason}). fxpool left "
+        return (f"torch.onnx.export failed ({reason}). fxpool left "
                 f"{len(report.unexportable)} adaptive pool(s) to the stock exporter, marked (!) below with why; "
                 f"that is the likely cause.\n{report}")
-    return (f"torch.onnx.export failed ({type(root).__name__}: {reason}). fxpool converted or lowers every "
+    return (f"torch.onnx.export failed ({reason}). fxpool converted or lowers every "
             f"adaptive pool, so the cause lies elsewhere in the model; the full error is chained below.\n"
             f"{report.summary()}")
 

@@ -30,10 +30,10 @@ from torch import nn
 
 import fxpool
 from fxpool.copying import graph_of
+from fxpool.exporting import exporter_reason
 from fxpool.planning import choose_plan, kronecker_cost
 from fxpool.replacements import averaging_matrix, kronecker_matrix, matmul_along
 
-from .reporting import first_line
 from .timing import side_by_side
 
 # (name, family, input shape, output size)
@@ -122,16 +122,16 @@ def onnx_case(family: str, shape: tuple[int, ...], output: tuple[int, ...], repe
     import onnxruntime
 
     x = torch.randn(shape)
-    native = native_pool(family, output)
+    native = native_pool(family, output).eval()
     ours_path, theirs_path = f"{workdir}/ours.onnx", f"{workdir}/theirs.onnx"
     fxpool.export(native, x, ours_path, dynamo=True, verify=True)
     paths = [("fxpool", ours_path)]
     row: dict[str, Any] = {}
     try:
-        torch.onnx.export(native, (x,), theirs_path, dynamo=True)
+        torch.onnx.export(native, (x,), theirs_path, dynamo=True, verbose=False)
         paths.append(("dynamo_original", theirs_path))
     except Exception as error:  # e.g. adaptive max pooling at non-divisible sizes, 3d: ours runs alone
-        row["dynamo_original_error"] = first_line(error)
+        row["dynamo_original_error"] = exporter_reason(error)
     sessions = {name: onnxruntime.InferenceSession(p, providers=["CPUExecutionProvider"]) for name, p in paths}
     feeds = {name: {s.get_inputs()[0].name: x.numpy()} for name, s in sessions.items()}
     row.update({f"ort_{name}": t for name, t in side_by_side(
@@ -162,7 +162,7 @@ def pools_section(repeats: int, device: str, dtypes: Sequence[str], with_onnx: b
 
 def convert_section(repeats: int = 3) -> list[dict[str, Any]]:
     """Conversion time against one eager forward at 224x224, with the model's size."""
-    from fxpool.cli import build_torchvision
+    from fxpool.loading import build_torchvision
 
     rows = []
     for name in CONVERT_MODELS:

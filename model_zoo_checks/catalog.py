@@ -17,7 +17,7 @@ import torchvision
 from torch import nn
 
 from fxpool.calls import describe_module
-from fxpool.cli import build_torchvision
+from fxpool.loading import build_torchvision
 
 POOL_SOURCE_MARKERS = ("adaptive_avg_pool", "adaptive_max_pool", 'mode="area"', "mode='area'")
 

@@ -6,13 +6,15 @@ see :mod:`model_zoo_checks.catalog`). Per (model, input shape) it records the po
 replacements, the eager error of the converted model (per dtype on ``--device cuda``), the stock
 TorchScript export of the original, both exports of the converted model with their onnxruntime
 error, onnxruntime latency against the dynamo export of the original, and a status. Results go to
-``REPORT/report.json``, ``report.md`` and ``speedup.png``, rewritten after every case;
+``REPORT/report.json``, ``report.md`` and ``zoo.png``, rewritten after every case (the exporters'
+output goes to ``REPORT/logs/<case>.log``, the console keeps the progress bar, failures and a summary);
 ``--resume`` keeps the cases a previous run finished there (pass or skip) and runs the rest.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -30,16 +32,21 @@ from torch.utils._pytree import tree_leaves
 
 import fxpool
 from fxpool.errors import ExportVerificationError
-from fxpool.exporting import op_histogram, run_onnxruntime, verify_onnx
+from fxpool.exporting import exporter_reason, op_histogram, run_onnxruntime, verify_onnx
 
+from .benchmarks import onnx_case
+from .capture import captured, console
 from .catalog import KNOWN_LIMITATIONS, build, input_shapes, swept_names
-from .reporting import counts, first_line, markdown, write_reports
+from .reporting import counts, markdown, summary, write_reports
 from .timing import side_by_side
 
 DEFAULT_MODELS = ("alexnet", "vgg11", "resnet18", "densenet121", "mobilenet_v2", "googlenet", "squeezenet1_1",
                   "efficientnet_b0", "mobilenet_v3_small", "r3d_18", "pspnet_resnet18", "vgg11_max_pool")
 DEFAULT_SIZES = (160, 320)
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DECOMPOSITION_OPS = ("GatherND", "GatherElements", "Where", "ScatterND", "Loop")  # what the stock dynamo graph falls to
+TRIVIAL_REPLACEMENTS = ("mean", "identity")  # no pool-level timing: nothing to compare
+POOL_TIMING_REPEATS = 15
 # Converted against original, largest |difference| allowed: absolute in float32, relative to the
 # output's largest magnitude in the half types (both models round every layer; only the pools differ).
 EAGER_TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
@@ -67,6 +74,18 @@ class Case:
     ort_ms_converted: float | None = None
     ort_ms_original_dynamo: float | None = None
     ort_speedup: float | None = None
+    # The same fxpool graph timed twice side by side: how far a ratio of identical graphs strays.
+    ort_noise: float | None = None
+    # Exportability, each "ok", "ok: GatherND, Where" (exports, as the stock decomposition) or
+    # "fails: <the exporter's reason>"; "" when not tried.
+    stock_dynamo: str = ""
+    fxpool_torchscript: str = ""
+    fxpool_dynamo: str = ""
+    # Per distinct pool that is not a plain mean: onnxruntime ms of fxpool's one-pool graph and of
+    # the dynamo exporter's graph of the native pool (None where that does not export).
+    pool_speeds: list[dict[str, Any]] = field(default_factory=list)
+    details: list[str] = field(default_factory=list)  # full texts of the errors the notes summarise
+    log: str = ""  # the case's third-party output, relative to the report folder
     seconds: float = 0.0
 
 
@@ -127,13 +146,15 @@ def check(name: str, shape: tuple[int, ...], workdir: str, exporters: Sequence[s
             over = {d: e for d, e in case.eager_errors.items() if e > EAGER_TOLERANCE[d]}
             assert not over, f"eager error over tolerance on {device}: {over}"
         stock_path = _export_path(casedir, name, "orig_ts")
-        case.stock_torchscript = _stock_torchscript(model, x, stock_path)
+        case.stock_torchscript = _stock_torchscript(model, x, stock_path, case.details)
         case.ort_provider = ort_provider(device)
         if "torchscript" in exporters:
             path = _export_path(casedir, name, "ts")
-            fxpool.export(model, x, path, dynamo=False, verify=False)
+            case.fxpool_torchscript = "fails: not verified"
+            _fxpool_export(case, "fxpool_torchscript", model, x, path, dynamo=False)
             reference = stock_path if case.stock_torchscript == "ok" else None
             case.torchscript_ort_error = _verified(path, model, x, expected, reference, notes)
+            case.fxpool_torchscript = "ok"
         if "dynamo" in exporters:
             graphs = {}
             original = _export_path(casedir, name, "orig_dynamo")
@@ -142,21 +163,29 @@ def check(name: str, shape: tuple[int, ...], workdir: str, exporters: Sequence[s
                 torch.onnx.export(model, (x,), original, dynamo=True, verbose=False)
                 case.original_dynamo_ops = op_histogram(original)
                 graphs["original"] = original
+                decomposed = [op for op in DECOMPOSITION_OPS if op in case.original_dynamo_ops]
+                case.stock_dynamo = "ok" + (f": {', '.join(decomposed)}" if decomposed else "")
             except Exception as error:
                 original_error = error
-                notes.append(f"dynamo export of the original fails: {first_line(error)}")
+                case.stock_dynamo = f"fails: {exporter_reason(error)}"
+                case.details.append(f"dynamo export of the original: {error}")
+                notes.append(f"dynamo export of the original fails ({exporter_reason(error)})")
             path = _export_path(casedir, name, "dynamo")
             try:
                 result = fxpool.export(model, x, path, dynamo=True, verify=False)
             except Exception as error:
                 if not _torch_export_cannot_capture(error, original_error):
+                    case.fxpool_dynamo = f"fails: {exporter_reason(error)}"
                     raise
+                case.fxpool_dynamo = "fails: torch.export cannot capture the model (the original neither)"
                 notes.append("torch.export cannot capture this model, the original no more than the converted one; "
                              "dynamo export not checked")
             else:
+                case.fxpool_dynamo = "fails: not verified"
                 case.dynamo_ort_error = _verified(path, model, x, expected, graphs.get("original"), notes)
+                case.fxpool_dynamo = "ok"
                 case.converted_ops = result.op_histogram
-                graphs = {"converted": path, **graphs}
+                graphs = {"converted": path, "converted_again": path, **graphs}
                 sessions = ort_sessions(graphs, case.ort_provider)
                 if case.ort_provider != "CPUExecutionProvider":
                     feeds = {sessions["converted"].get_inputs()[0].name: x.numpy()}
@@ -164,20 +193,54 @@ def check(name: str, shape: tuple[int, ...], workdir: str, exporters: Sequence[s
                     notes.append(f"onnxruntime {case.ort_provider} error {max_error(outputs, expected):.1e}")
                 latency = ort_latencies(sessions, x)
                 case.ort_ms_converted, case.ort_ms_original_dynamo = latency["converted"], latency.get("original")
+                case.ort_noise = latency["converted_again"] / latency["converted"]
                 if case.ort_ms_original_dynamo is not None:
                     case.ort_speedup = case.ort_ms_original_dynamo / case.ort_ms_converted
+            if case.ort_provider == "CPUExecutionProvider":
+                case.pool_speeds = pool_speeds(report, casedir)
         case.status = "pass" if not case.unconverted else "fail"
         if case.unconverted:
             notes.append("; ".join(r.reason for r in report.unconverted))
     except Exception as error:
         case.status = "fail"
-        notes.append(f"{type(error).__name__}: {error}")
+        notes.append(exporter_reason(error))
+        case.details.append(traceback.format_exc())
         traceback.print_exc(file=sys.stderr)
     finally:
-        case.reason = "; ".join(notes)[:400]
+        case.reason = "; ".join(notes)
         case.seconds = time.perf_counter() - started
         shutil.rmtree(casedir, ignore_errors=True)
     return case
+
+
+def _fxpool_export(case: Case, attribute: str, model: torch.nn.Module, x: torch.Tensor, path: str,
+                   dynamo: bool) -> None:
+    try:
+        fxpool.export(model, x, path, dynamo=dynamo, verify=False)
+    except Exception as error:
+        setattr(case, attribute, f"fails: {exporter_reason(error)}")
+        raise
+
+
+def pool_speeds(report: fxpool.ConversionReport, workdir: str) -> list[dict[str, Any]]:
+    """onnxruntime time of each distinct non-trivial pool alone: fxpool's graph and the stock dynamo graph."""
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for record in report.converted:
+        kind = record.replacement.split("(")[0].split(" ")[0]
+        if kind in TRIVIAL_REPLACEMENTS or record.input_shape is None or record.output_shape is None:
+            continue
+        family = "max" if "Max" in record.op or "max" in record.op else "avg"
+        dims = len(record.input_shape) - 2
+        output = tuple(record.output_shape[-dims:])
+        key = (family, record.input_shape, output)
+        if key in rows or dims not in (2, 3):
+            continue
+        row = onnx_case(family, record.input_shape, output, POOL_TIMING_REPEATS, workdir)
+        rows[key] = {"pool": f"{family} {'x'.join(map(str, record.input_shape[1:]))}->{'x'.join(map(str, output))}",
+                     "replacement": kind, "ort_ms_fxpool": row["ort_fxpool"] * 1e3,
+                     "ort_ms_stock": row["ort_dynamo_original"] * 1e3 if "ort_dynamo_original" in row else None,
+                     "stock": row.get("dynamo_original_error", "ok")}
+    return list(rows.values())
 
 
 def _export_path(casedir: str, name: str, label: str) -> str:
@@ -247,12 +310,13 @@ def _torch_export_cannot_capture(ours: Exception, original: Exception | None) ->
     return original is not None and all(type(e).__name__ == "TorchExportError" for e in (ours, original))
 
 
-def _stock_torchscript(model: torch.nn.Module, x: torch.Tensor, path: str) -> str:
+def _stock_torchscript(model: torch.nn.Module, x: torch.Tensor, path: str, details: list[str]) -> str:
     try:
         torch.onnx.export(model, (x,), path, dynamo=False)
         return "ok"
     except Exception as error:
-        return f"fails: {first_line(error)}"
+        details.append(f"stock TorchScript export of the original: {error}")
+        return f"fails: {exporter_reason(error)}"
 
 
 def _load_cases(path: Path) -> list[Case]:
@@ -284,11 +348,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu or cuda: where the eager checks run")
     parser.add_argument("--dtypes", nargs="*", choices=list(DTYPES), default=None,
                         help="eager check dtypes (default: float32 on cpu, all three on cuda)")
-    parser.add_argument("--report", default="reports/zoo", help="folder for report.md/json and speedup.png")
+    parser.add_argument("--report", default="reports/zoo", help="folder for report.md/json, zoo.png and logs/")
     parser.add_argument("--resume", action="store_true",
                         help="keep the passed and skipped cases in REPORT/report.json, run the rest")
     parser.add_argument("--shard", type=_shard, default=(1, 1), metavar="K/N",
                         help="run only every N-th case, starting at the K-th (split a sweep over processes)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show the exporters' own output on the console instead of in REPORT/logs/")
     parser.add_argument("--merge", nargs="+", default=None, metavar="DIR",
                         help="combine the report.json of these folders (shards) into REPORT, run nothing")
     args = parser.parse_args(argv)
@@ -296,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         merged = {(c.model, c.input_shape): c for d in args.merge for c in _load_cases(Path(d) / "report.json")}
         cases = sorted(merged.values(), key=lambda c: c.model)  # stable: each model's shapes keep their order
         write_reports(cases, Path(args.report))
-        print(markdown(cases))
+        print(summary(cases))
         return 0 if all(c.status != "fail" for c in cases) else 1
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
@@ -313,20 +379,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tqdm import tqdm
     except ImportError:  # the progress bar is optional
         tqdm = None
+    terminal = sys.stderr if args.verbose else console()
     cases = []
     with tempfile.TemporaryDirectory() as workdir:
-        progress = tqdm(jobs, unit="case") if tqdm else jobs
+        progress = tqdm(jobs, unit="case", file=terminal, dynamic_ncols=True) if tqdm else jobs
         for name, shape in progress:
+            label = f"{name}@{'x'.join(map(str, shape[2:]))}"
             if tqdm:
-                progress.set_description(f"{name}@{'x'.join(map(str, shape[2:]))}")
-            case = done.get((name, shape)) or check(name, shape, workdir, args.exporters, args.device, dtypes)
+                progress.set_description(label)
+            case = done.get((name, shape))
+            if case is None:
+                log = Path("logs") / f"{label}.log"
+                (folder / log).unlink(missing_ok=True)
+                with contextlib.nullcontext() if args.verbose else captured(folder / log):
+                    case = check(name, shape, workdir, args.exporters, args.device, dtypes)
+                case.log = "" if args.verbose else str(log)
             cases.append(case)
+            if case.status == "fail":
+                line = f"FAIL {label}: {case.reason[:200]}" + (f" (log: {folder / case.log})" if case.log else "")
+                (progress.write(line, file=terminal) if tqdm else print(line, file=terminal))
             write_reports(cases, folder, picture=False)
             if tqdm:
                 progress.set_postfix(counts(cases))
+        if tqdm:
+            progress.close()
     write_reports(cases, folder)
-    print(markdown(cases))
-    print(f"reports in {folder}/ (report.md, report.json, speedup.png)")
+    print(summary(cases))
+    print(f"reports in {folder}/: report.md (every case), report.json, zoo.png; per-case exporter output in "
+          f"{folder}/logs/")
     return 0 if all(c.status != "fail" for c in cases) else 1
 
 

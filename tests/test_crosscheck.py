@@ -50,7 +50,7 @@ def test_openvino_computes_what_pytorch_computes(case: str, dynamo: bool, tmp_pa
 
 
 def test_openvino_runs_a_converted_torchvision_model(tmp_path) -> None:
-    from fxpool.cli import build_torchvision
+    from fxpool.loading import build_torchvision
 
     torch.manual_seed(0)
     model = build_torchvision("alexnet")  # 160x160: 4x4 -> 6x6, which the stock TorchScript exporter rejects

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -71,7 +74,7 @@ def test_reports_are_written_and_a_run_resumes_from_them(tmp_path) -> None:
     zoo.write_reports(cases, tmp_path)
     assert json.loads((tmp_path / "report.json").read_text())[1]["reason"] == "because"
     assert "1 pass, 0 fail, 1 skip" in (tmp_path / "report.md").read_text()
-    assert (tmp_path / "speedup.png").stat().st_size > 1000
+    assert (tmp_path / "zoo.png").stat().st_size > 1000
     assert zoo._load_cases(tmp_path / "report.json") == cases
     assert zoo.main(["--models", "alexnet", "--sizes", "160", "--report", str(tmp_path), "--resume"]) == 0
     assert json.loads((tmp_path / "report.json").read_text())[0]["ort_speedup"] == 2.0  # kept, not rerun
@@ -110,3 +113,69 @@ def test_a_model_torch_export_cannot_capture_either_way_is_not_blamed_on_fxpool(
     assert not zoo._torch_export_cannot_capture(TorchExportError(), None)  # the original exports: ours must
     assert not zoo._torch_export_cannot_capture(TorchExportError(), NotImplementedError())
     assert not zoo._torch_export_cannot_capture(ValueError(), TorchExportError())
+
+
+def test_a_case_records_what_each_exporter_does_and_each_pools_speed(tmp_path) -> None:
+    case = zoo.check("vgg11_max_pool", (1, 3, 96, 96), str(tmp_path), ["torchscript", "dynamo"])  # 3x3 -> 7x7 max
+    assert case.status == "pass", case.reason
+    assert case.stock_torchscript.startswith("fails: SymbolicValueError: Unsupported: ONNX export of operator "
+                                             "adaptive_max_pool2d")
+    assert case.stock_dynamo.startswith("fails: DispatchError: No ONNX function found")  # the reason, not "Next steps:"
+    assert case.fxpool_torchscript == case.fxpool_dynamo == "ok"
+    (pool,) = case.pool_speeds
+    assert pool["pool"] == "max 512x3x3->7x7" and pool["ort_ms_fxpool"] > 0 and pool["ort_ms_stock"] is None
+    assert case.ort_noise is not None and 0.5 < case.ort_noise < 2
+
+
+def test_the_capture_takes_python_and_file_descriptor_output_and_leaves_the_console(tmp_path) -> None:
+    # In a process of its own: pytest replaces sys.stdout and the warning machinery in this one.
+    script = f"""
+import os, sys, warnings
+from pathlib import Path
+from model_zoo_checks.capture import captured, console
+terminal = console()
+with captured(Path({str(tmp_path / "case.log")!r})):
+    print("from python")
+    os.write(2, b"from the C++ side\\n")
+    warnings.warn("an exporter's deprecation", DeprecationWarning)
+    terminal.write("progress\\n")
+print("after")
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).parent.parent)
+    assert run.returncode == 0, run.stderr
+    log = (tmp_path / "case.log").read_text()
+    assert "from python" in log and "from the C++ side" in log and "an exporter's deprecation" in log
+    assert run.stderr == "progress\n" and run.stdout == "after\n"
+
+
+def _case(model: str, size: int, **fields) -> "zoo.Case":
+    defaults = dict(status="pass", pools=1, replacements={"kron-matmul": 1}, eager_max_error=1e-7,
+                    stock_torchscript="fails: SymbolicValueError: Unsupported", fxpool_torchscript="ok",
+                    stock_dynamo="ok: GatherND, Where", fxpool_dynamo="ok", ort_speedup=1.02, ort_noise=0.98,
+                    pool_speeds=[{"pool": "avg 512x10x10->7x7", "replacement": "kron-matmul", "ort_ms_fxpool": 0.1,
+                                  "ort_ms_stock": 0.5, "stock": "ok"}])
+    return zoo.Case(model, (1, 3, size, size), **(defaults | fields))
+
+
+def test_the_summary_and_report_say_what_exports_and_how_fast_the_pools_are(tmp_path) -> None:
+    from model_zoo_checks.reporting import markdown, summary, write_reports
+
+    cases = [_case("vgg11", 160), _case("resnet18", 160, stock_torchscript="ok", stock_dynamo="ok", pool_speeds=[]),
+             _case("vgg11_max_pool", 160, status="fail", reason="ExportFailedError: it broke", log="logs/x.log",
+                   stock_dynamo="fails: DispatchError: No ONNX function found",
+                   pool_speeds=[{"pool": "max 512x5x5->7x7", "replacement": "gather", "ort_ms_fxpool": 1.0,
+                                 "ort_ms_stock": None, "stock": "DispatchError"}])]
+    text = summary(cases)
+    assert "3 cases of 3 models: 2 pass, 1 fail, 0 skip" in text
+    assert "TorchScript, stock   exports 1/3" in text and "TorchScript, fxpool  exports 3/3" in text
+    assert "dynamo, stock        exports 2/3 (1 only as the GatherND/Where decomposition)" in text
+    assert "median 5.0x (from 5.0x to 5.0x over 1 distinct pools); 1 more the stock dynamo exporter cannot export" in text
+    assert "FAIL vgg11_max_pool 1x3x160x160: ExportFailedError: it broke" in text
+    assert len(text.splitlines()) < 15
+    report = markdown(cases)
+    assert "| avg 512x10x10->7x7 | kron-matmul | 0.100 | 0.500 | 5.0 | vgg11@160x160 |" in report
+    assert "(exporter output: `logs/x.log`)" in report
+    pytest.importorskip("matplotlib")
+    write_reports(cases, tmp_path)
+    assert (tmp_path / "zoo.png").stat().st_size > 10_000
