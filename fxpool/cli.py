@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return _run(args, model)
-    except FxpoolError as error:
+    except (FxpoolError, OSError) as error:  # the user's to fix: one message, no traceback
         if args.debug:
             raise
         print(f"fxpool {args.command}: {type(error).__name__}: {error}", file=sys.stderr)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .replacements import matmul_along
+from .replacements import check_input, keep_memory_format, matmul_along
 
 
 def runtime_averaging_matrix(length: torch.Tensor | int, out_size: int, dtype: torch.dtype,
@@ -43,6 +43,7 @@ class DynamicAdaptiveAvgPool(nn.Module):
         return f"output_size={self.out_sizes}, windows from the runtime size"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = source = check_input(x, (None,) * len(self.out_sizes), self.where)
         dtype = x.dtype
         x = x.to(torch.promote_types(dtype, torch.float32))
         dims = len(self.out_sizes)
@@ -52,4 +53,4 @@ class DynamicAdaptiveAvgPool(nn.Module):
             dim = axis - dims
             weight = runtime_averaging_matrix(x.shape[dim], out_size, x.dtype, x.device)
             x = matmul_along(x, weight, dim)
-        return x.to(dtype)
+        return keep_memory_format(source, x.to(dtype), dims)

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 import threading
 import warnings
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any, BinaryIO, Callable, Iterator
 
 import torch
 from torch import nn
@@ -32,7 +33,7 @@ from .convert import convert, enforce_strict
 from .copying import structural_copy
 from .errors import ExportFailedError, ExportVerificationError, FxpoolError
 from .globalstate import LOCK
-from .example import example_run, read_example
+from .example import Example, example_run, read_example
 from .report import REPORT_ATTRIBUTE, ConversionReport, report_of
 from .symbolics import dynamo_translation_table, exporter_translations
 
@@ -48,7 +49,7 @@ class ExportResult:
     max_rel_error: float | None
 
 
-def export(model: nn.Module, example_input: Any, f: str | os.PathLike[str], *, verify: bool = True,
+def export(model: nn.Module, example_input: Any, f: str | os.PathLike[str] | BinaryIO, *, verify: bool = True,
            dynamic: bool = False, strict: bool = False, rtol: float = 1e-4, atol: float = 1e-5,
            **kwargs: Any) -> ExportResult:
     """Convert ``model`` and export it to ONNX at ``f``; ``kwargs`` go to ``torch.onnx.export``.
@@ -61,7 +62,8 @@ def export(model: nn.Module, example_input: Any, f: str | os.PathLike[str], *, v
     that free a spatial axis are refused then.
 
     ``example_input`` is ``torch.onnx.export``'s ``args`` and a ``kwargs=`` keyword its
-    ``kwargs``, read the same way (a dict ending ``args`` holds the keyword arguments).
+    ``kwargs``, read the same way (a dict ending ``args`` holds the keyword arguments). ``f`` is a
+    path or, as for ``torch.onnx.export``, a binary file object, written only once the graph verifies.
     """
     example = read_example(example_input, kwargs.pop("kwargs", None))
     train = _exports_in_train_mode(model, kwargs)
@@ -73,14 +75,32 @@ def export(model: nn.Module, example_input: Any, f: str | os.PathLike[str], *, v
     if strict:
         enforce_strict(report_of(converted), for_export=True)
     refuse_dynamic_spatial_axes_for(converted, kwargs)
+    if hasattr(f, "write"):  # a file object, as torch.onnx.export takes: export and verify a file, then copy it
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "model.onnx")
+            try:
+                result = _export_file(converted, reference, example, path, verify, rtol, atol, kwargs)
+            except ExportVerificationError as error:
+                raise ExportVerificationError(f"{error} Nothing was written to the file object.") from error
+            with open(path, "rb") as written:
+                f.write(written.read())
+        return replace(result, path=str(getattr(f, "name", "<file object>")))
     path = os.fspath(f)
-    # Keyword arguments as a trailing dict: both exporters read it so, and it keeps a dict that is
-    # the last positional argument from being taken for them.
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"fxpool.export: the folder {folder!r} for {path!r} does not exist; create it first")
+    return _export_file(converted, reference, example, path, verify, rtol, atol, kwargs)
+
+
+def _export_file(converted: nn.Module, reference: nn.Module, example: Example, path: str, verify: bool,
+                 rtol: float, atol: float, kwargs: dict[str, Any]) -> ExportResult:
     kwargs.setdefault("verbose", False)  # the dynamo exporter prints its progress unless told not to
     try:
         with warnings.catch_warnings():  # the TorchScript exporter's deprecation notice on every call
             warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
             warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export", category=DeprecationWarning)
+            # Keyword arguments as a trailing dict: both exporters read it so, and it keeps a dict that
+            # is the last positional argument from being taken for them.
             _export_with_translations(torch.onnx.export, converted, example.args + (dict(example.kwargs),), path,
                                       **kwargs)
     except FxpoolError:
@@ -118,7 +138,8 @@ def export_failure(error: BaseException, report: ConversionReport) -> str:
                 f"{len(report.unexportable)} adaptive pool(s) to the stock exporter, marked (!) below with why; "
                 f"that is the likely cause.\n{report}")
     return (f"torch.onnx.export failed ({reason}). fxpool converted or lowers every "
-            f"adaptive pool, so the cause lies elsewhere in the model; the full error is chained below.\n"
+            f"adaptive pool, so the cause lies elsewhere in the model; the exporter's full error is chained "
+            f"to this one (the CLI shows it with --debug).\n"
             f"{report.summary()}")
 
 
@@ -152,7 +173,8 @@ def run_onnxruntime(path: str, example_input: Any, providers: list[str] | None =
     """Outputs of the ONNX graph at ``path`` on the tensors of ``example_input`` (read as ``convert`` reads it).
 
     Graph inputs are fed by name where every one is named after a tensor argument of ``forward``
-    (the dynamo exporter's naming), else in order, keyword arguments in ``forward``'s parameter order.
+    (both exporters' naming when no ``input_names`` are given), else in order, keyword arguments in
+    ``forward``'s parameter order.
     """
     import onnxruntime
 
@@ -163,8 +185,11 @@ def run_onnxruntime(path: str, example_input: Any, providers: list[str] | None =
     if forward is not None and len(named) != len(names):
         named = example.tensors_in_signature_order(forward, defaults_as_inputs=True)
     by_name = dict(named)
-    if len(by_name) == len(named) and set(names) <= set(by_name):
-        feeds = {name: by_name[name] for name in names}
+    # The TorchScript exporter names an input after its parameter with a suffix ("x.1") and drops
+    # inputs the graph does not use, so names are the only safe match where they are there.
+    parameters = {name: re.sub(r"\.\d+$", "", name) for name in names}
+    if len(by_name) == len(named) and set(parameters.values()) <= set(by_name):
+        feeds = {name: by_name[parameter] for name, parameter in parameters.items()}
     else:
         if len(names) != len(named):
             raise ValueError(f"the graph has {len(names)} inputs ({', '.join(names)}) but the example "

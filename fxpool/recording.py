@@ -194,8 +194,9 @@ def _validate_input(call: PoolCall, value: Any, where: str | None) -> None:
         return
     if not value.is_floating_point():
         raise PoolCallError(
-            f"{place}: input has integer dtype {value.dtype} (shape {tuple(value.shape)}); adaptive pooling "
-            f"needs a floating tensor. Give the model a floating example input, or cast before the pool."
+            f"{place}: input has dtype {value.dtype} (shape {tuple(value.shape)}); adaptive pooling "
+            f"needs a real floating tensor (not integer or complex). Give the model a floating example input, or cast "
+            f"before the pool."
         )
     dims = call.spatial_dims
     if dims is not None and value.dim() not in (dims + 1, dims + 2):

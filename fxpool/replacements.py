@@ -79,29 +79,54 @@ def check_input(x: torch.Tensor, expected: tuple[int | None, ...], where: str) -
     at another size than the conversion's would compute wrong values. A spatial size left symbolic
     by ``torch.export`` (a dynamic axis) cannot be checked and is refused.
     """
-    if isinstance(x, torch.Tensor) and not (x.is_floating_point() or x.is_complex()):
+    if isinstance(x, torch.Tensor) and not x.is_floating_point():
         raise PoolCallError(
-            f"{where}: input has dtype {x.dtype}; adaptive pooling needs a floating tensor, as the "
+            f"{_named(where)}: input has dtype {x.dtype}; adaptive pooling needs a real floating tensor, as the "
             f"original pool does. Cast the input to a floating type.")
+    shape = tuple(_static_size(s) for s in x.shape)
+    spatial = shape[len(shape) - len(expected):]
+    if any(is_concrete_int(s) and s == 0 for s in spatial):
+        raise PoolCallError(
+            f"{_named(where)}: input of shape {shape} has an empty spatial axis; adaptive pooling needs non-zero "
+            f"spatial sizes, as the original pool does.")
     if not any(e is not None for e in expected):
         return x
-    shape = tuple(_static_size(s) for s in x.shape)
     seen = shape[len(shape) - len(expected):]
     traced = tuple("*" if e is None else e for e in expected)
     if any(e is not None and not is_concrete_int(s) for e, s in zip(expected, seen)):
         raise SpatialSizeError(
-            f"{where}: this replacement was specialised for spatial size {traced}, but it is being "
+            f"{_named(where)}: this replacement was specialised for spatial size {traced}, but it is being "
             f"exported with a dynamic spatial size ({shape}); the graph would be wrong at "
             f"other sizes. Keep spatial axes static, or convert with dynamic=True "
             f"(fxpool.export(..., dynamic=True)) for one graph exact at every size.")
     if len(shape) < len(expected) or any(e is not None and e != s for e, s in zip(expected, seen)):
         raise SpatialSizeError(
-            f"{where}: this replacement was specialised for spatial size {traced} but got input of "
+            f"{_named(where)}: this replacement was specialised for spatial size {traced} but got input of "
             f"shape {shape} (spatial {seen}). Convert again with an example input of this "
             f"size (fxpool.convert(model, example)), or convert with dynamic=True for one model "
             f"that serves every size."
         )
     return x
+
+
+def _named(where: str) -> str:
+    """The pool as a user finds it: ``where`` is its module path (``features.3``, ``1``) or ``scope:node``."""
+    return f"the adaptive pool at {where!r} of the converted model"
+
+
+def keep_memory_format(source: torch.Tensor, result: torch.Tensor, spatial_dims: int) -> torch.Tensor:
+    """``result`` in the layout PyTorch's adaptive pools give for ``source``.
+
+    2d pools keep a channels-last input channels-last; 3d pools return a contiguous tensor whatever
+    the input's layout.
+    """
+    if not isinstance(source, torch.Tensor):  # a Proxy under torch.fx
+        return result
+    if spatial_dims == 3:
+        return result.contiguous()
+    if spatial_dims == 2 and source.dim() == 4 and not source.is_contiguous() and source.is_contiguous(memory_format=torch.channels_last):
+        return result.contiguous(memory_format=torch.channels_last)
+    return result
 
 
 def _static_size(size: object) -> object:
@@ -166,7 +191,7 @@ class ExactAdaptivePool(nn.Module):
         return f"{self.plan.family}: {sizes}; {self.plan.describe()}"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = check_input(x, self.expected_sizes, self.where)
+        x = source = check_input(x, self.expected_sizes, self.where)
         if not self.plan.steps:
             return x
         dims = self.plan.spatial_dims
@@ -192,7 +217,7 @@ class ExactAdaptivePool(nn.Module):
                 x = _upsample(x, step, self.batched)
             else:
                 raise AssertionError(f"unknown step {step!r}")
-        return x.to(dtype) if upcast else x
+        return keep_memory_format(source, x.to(dtype) if upcast else x, dims)
 
     def _weight_for(self, index: int, x: torch.Tensor) -> torch.Tensor:
         """The step's matrix in ``x``'s dtype; float64 input gets an exact float64 matrix."""
@@ -242,7 +267,8 @@ def matmul_along(x: torch.Tensor, weight: torch.Tensor, dim: int) -> torch.Tenso
 def _kronecker(x: torch.Tensor, weight: torch.Tensor, step: KroneckerStep) -> torch.Tensor:
     flat = torch.flatten(x.contiguous(), start_dim=x.dim() - len(step.axes))
     y = F.linear(flat, _cast_like(weight, x))
-    return torch.unflatten(y, y.dim() - 1, step.out_sizes)
+    # reshape, not unflatten: the TorchScript exporter translates aten::unflatten only from opset 13
+    return y.reshape(y.shape[:-1] + tuple(step.out_sizes))  # no tuple(): a Proxy under torch.fx cannot be iterated
 
 
 def _upsample(x: torch.Tensor, step: UpsampleStep, batched: bool) -> torch.Tensor:

@@ -164,3 +164,30 @@ def test_a_left_out_optional_argument_exports_without_it(dynamo: bool, tmp_path)
     model, x = TakesKeywords().eval(), image()
     result = fxpool.export(model, x, tmp_path / "no-mask.onnx", dynamo=dynamo)
     assert result.max_abs_error is not None and result.max_abs_error < 1e-5
+
+
+class IgnoresItsFirstInput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(7)
+
+    def forward(self, unused: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(x)
+
+
+class ScalesByAFloat(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(7)
+
+    def forward(self, x: torch.Tensor, scale: float) -> torch.Tensor:
+        return self.pool(x) * scale
+
+
+@pytest.mark.parametrize("dynamo", EXPORTERS)
+@pytest.mark.parametrize("model,args", [(IgnoresItsFirstInput, lambda: (torch.randn(2), image())),
+                                        (ScalesByAFloat, lambda: (image(), 2.5))], ids=["unused-input", "float-arg"])
+def test_verification_feeds_the_graph_the_right_tensors(model, args, dynamo: bool, tmp_path) -> None:
+    # the TorchScript exporter drops the unused input (the graph has one input, "x.1")
+    result = fxpool.export(model().eval(), args(), tmp_path / "m.onnx", dynamo=dynamo)
+    assert result.max_abs_error is not None and result.max_abs_error < 1e-5

@@ -25,7 +25,7 @@ CASES = {  # name: (input spatial, output, the op that must carry the pool)
     "4x5->6": ((4, 5), (6, 6), "MatMul"),
     "9->1": ((9, 9), (1, 1), "ReduceMean"),
 }
-EXPORTERS = [pytest.param(False, 13, id="torchscript-13"), pytest.param(False, 17, id="torchscript-17"),
+EXPORTERS = [pytest.param(False, 11, id="torchscript-11"), pytest.param(False, 13, id="torchscript-13"), pytest.param(False, 17, id="torchscript-17"),
              pytest.param(False, 20, id="torchscript-20"), pytest.param(True, 18, id="dynamo-18"),
              pytest.param(True, 23, id="dynamo-23")]
 
@@ -446,3 +446,53 @@ def test_cli_prints_the_report_and_exits_2_on_an_export_it_cannot_do(tmp_path) -
                             "--input-shape", "1,3,10,10", "--dynamic-hw", "-o", str(tmp_path / "m.onnx")],
                            capture_output=True, text=True, timeout=300)
     assert debug.returncode == 1 and "Traceback" in debug.stderr
+
+
+CLI_USER_ERRORS = {  # name: (model file source or None for squeezenet, extra arguments, what stderr must say)
+    "wrong input shape": (None, ["--input-shape", "1,5,64,64"], "ExampleInputError"),
+    "factory raises": ("def build():\n    raise RuntimeError('no weights here')\n", [], "build() raised RuntimeError"),
+    "file fails on import": ("import not_a_module_anywhere\n", [], "raised ModuleNotFoundError on import"),
+    "callable needs arguments": ("def build(width):\n    pass\n", [], "must build the model with no arguments"),
+    "missing output folder": (None, ["-o", "/nonexistent/folder/m.onnx"], "does not exist; create it first"),
+    "unsupported opset": (None, ["--exporter", "torchscript", "--opset", "99"], "Unsupported onnx_opset_version: 99"),
+}
+
+
+@pytest.mark.parametrize("case", list(CLI_USER_ERRORS))
+def test_cli_user_errors_are_one_message_and_exit_2(case: str, tmp_path) -> None:
+    source, extra, expected = CLI_USER_ERRORS[case]
+    model = "torchvision:squeezenet1_1"
+    if source is not None:
+        (tmp_path / "user_model.py").write_text(source)
+        model = f"{tmp_path / 'user_model.py'}:build"
+    arguments = ["export", model, "--input-shape", "1,3,64,64", "-o", str(tmp_path / "m.onnx")]
+    arguments += extra  # argparse keeps the last of a repeated option
+    run = subprocess.run([sys.executable, "-m", "fxpool.cli", *arguments], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2, run.stderr
+    assert expected in run.stderr and "Traceback" not in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_export_writes_a_file_object_once_the_graph_verifies(dynamo: bool, tmp_path, monkeypatch) -> None:
+    import io
+
+    import fxpool.exporting as export_module
+
+    buffer = io.BytesIO()
+    result = fxpool.export(pooled((7, 7)), torch.randn(1, 3, 10, 10), buffer, dynamo=dynamo)
+    assert result.path == "<file object>" and result.max_abs_error < 1e-5
+    assert "MatMul" in op_histogram_of(buffer.getvalue())
+    monkeypatch.setattr(export_module, "run_onnxruntime", lambda path, args, **_: [torch.zeros(1, 4, 7, 7).numpy()])
+    failing = io.BytesIO()
+    with pytest.raises(fxpool.ExportVerificationError, match="Nothing was written to the file object"):
+        fxpool.export(pooled((7, 7)), torch.randn(1, 3, 10, 10), failing, dynamo=dynamo)
+    assert failing.getvalue() == b""
+
+
+def op_histogram_of(data: bytes) -> set[str]:
+    return {node.op_type for node in onnx.load_from_string(data).graph.node}
+
+
+def test_export_to_a_missing_folder_says_so_before_exporting(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="does not exist; create it first"):
+        fxpool.export(pooled((7, 7)), torch.randn(1, 3, 10, 10), tmp_path / "no" / "m.onnx")

@@ -190,3 +190,72 @@ def test_size_agnostic_plans_need_no_guard() -> None:
     for size in (3, 10, 17):
         x = torch.randn(1, 2, size, size + 1)
         torch.testing.assert_close(module(x), F.adaptive_avg_pool2d(x, 1), rtol=1e-6, atol=1e-6)
+
+
+LAYOUT_POOLS = [  # (module, input shape): every replacement kind, 2d and 3d
+    (torch.nn.AdaptiveAvgPool2d(7), (2, 3, 10, 10)),  # matrices
+    (torch.nn.AdaptiveAvgPool2d(5), (2, 3, 10, 10)),  # AvgPool
+    (torch.nn.AdaptiveAvgPool2d(20), (2, 3, 10, 10)),  # upsample
+    (torch.nn.AdaptiveAvgPool2d((7, None)), (2, 3, 10, 10)),  # matrix on one axis
+    (torch.nn.AdaptiveAvgPool2d(1), (2, 3, 10, 10)),  # mean
+    (torch.nn.AdaptiveMaxPool2d(7), (2, 3, 10, 10)),  # gather + MaxPool
+    (torch.nn.AdaptiveAvgPool3d((3, 7, 7)), (2, 3, 6, 10, 10)),
+    (torch.nn.AdaptiveMaxPool3d((3, 7, 7)), (2, 3, 6, 10, 10)),
+]
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("pool,shape", LAYOUT_POOLS, ids=lambda v: str(v))
+def test_replacements_keep_the_channels_last_layout_as_the_native_pools_do(pool, shape, dynamic: bool) -> None:
+    import fxpool
+
+    layout = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+    x = torch.randn(shape).contiguous(memory_format=layout)
+    converted = fxpool.convert(pool, x, dynamic=dynamic)
+    got, want = converted(x), pool(x)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    for memory_format in (torch.contiguous_format, layout):
+        assert got.is_contiguous(memory_format=memory_format) == want.is_contiguous(memory_format=memory_format)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_replacements_refuse_complex_input_and_empty_spatial_axes_as_the_native_pools_do(dynamic: bool) -> None:
+    import fxpool
+    from fxpool.errors import PoolCallError
+
+    pool = torch.nn.AdaptiveAvgPool2d(7)
+    converted = fxpool.convert(pool, torch.randn(1, 3, 10, 10), dynamic=dynamic)
+    complex_input = torch.randn(1, 3, 10, 10, dtype=torch.complex64)
+    with pytest.raises(NotImplementedError):
+        pool(complex_input)
+    with pytest.raises(PoolCallError, match="complex64; adaptive pooling needs a real floating tensor"):
+        converted(complex_input)
+    empty = torch.randn(1, 3, 10, 0)
+    with pytest.raises(RuntimeError, match="non-zero size"):
+        pool(empty)
+    with pytest.raises(PoolCallError, match="empty spatial axis"):
+        converted(empty)
+    with pytest.raises(fxpool.PoolCallError, match=r"complex64 \(shape \(1, 3, 10, 10\)\); adaptive pooling needs a real"):
+        fxpool.convert(pool, complex_input)
+
+
+def test_a_size_error_names_the_pool_by_its_module_path() -> None:
+    import fxpool
+
+    converted = fxpool.convert(torch.nn.Sequential(torch.nn.Conv2d(3, 3, 1), torch.nn.AdaptiveAvgPool2d(7)),
+                               torch.randn(1, 3, 10, 10))
+    with pytest.raises(SpatialSizeError, match=r"^the adaptive pool at '1' of the converted model: .*\(10, 10\)"):
+        converted(torch.randn(1, 3, 12, 12))
+
+
+def test_zero_channels_convert_and_run_as_the_native_pools_do() -> None:
+    import fxpool
+
+    x = torch.randn(2, 0, 10, 10)
+    pool = torch.nn.AdaptiveAvgPool2d(7)
+    converted = fxpool.convert(pool, x)
+    assert converted(x).shape == pool(x).shape == (2, 0, 7, 7)
+    with pytest.raises(RuntimeError):  # the native max pool refuses an empty input; so does the conversion
+        torch.nn.AdaptiveMaxPool2d(7)(x)
+    with pytest.raises(fxpool.ExampleInputError, match="non-zero size"):
+        fxpool.convert(torch.nn.AdaptiveMaxPool2d(7), x)
