@@ -15,6 +15,7 @@ onnx and onnxruntime are imported only when needed (the ``fxpool[onnx]`` extra).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import tempfile
@@ -96,7 +97,7 @@ def _export_file(converted: nn.Module, reference: nn.Module, example: Example, p
                  rtol: float, atol: float, kwargs: dict[str, Any]) -> ExportResult:
     kwargs.setdefault("verbose", False)  # the dynamo exporter prints its progress unless told not to
     try:
-        with warnings.catch_warnings():  # the TorchScript exporter's deprecation notice on every call
+        with warnings.catch_warnings(), _quiet_loggers(_EXPORTER_LOGGERS):  # the exporters' notices on every call
             warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
             warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export", category=DeprecationWarning)
             # Keyword arguments as a trailing dict: both exporters read it so, and it keeps a dict that
@@ -112,6 +113,24 @@ def _export_file(converted: nn.Module, reference: nn.Module, example: Example, p
         return ExportResult(path, report_of(converted), histogram, None, None)
     abs_error, rel_error = verify_onnx(path, reference, example, rtol=rtol, atol=atol)
     return ExportResult(path, report_of(converted), histogram, abs_error, rel_error)
+
+
+# Loggers the exporters warn through on every successful export (e.g. "torchvision is not
+# installed. Skipping torchvision::nms"); errors still show.
+_EXPORTER_LOGGERS = ("torch.onnx", "torch.export", "torch._export", "onnxscript")
+
+
+@contextmanager
+def _quiet_loggers(names: tuple[str, ...]) -> Iterator[None]:
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(max(logger.getEffectiveLevel(), logging.ERROR))
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def exporter_reason(error: BaseException) -> str:

@@ -496,3 +496,17 @@ def op_histogram_of(data: bytes) -> set[str]:
 def test_export_to_a_missing_folder_says_so_before_exporting(tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match="does not exist; create it first"):
         fxpool.export(pooled((7, 7)), torch.randn(1, 3, 10, 10), tmp_path / "no" / "m.onnx")
+
+
+def test_export_prints_nothing_on_success(tmp_path) -> None:
+    # In a process of its own, so that the exporters' warnings and log lines reach its stderr.
+    script = f"""
+import torch, fxpool
+from torch import nn
+model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.AdaptiveAvgPool2d(7)).eval()
+for dynamo in (False, True):
+    fxpool.export(model, torch.randn(1, 3, 10, 10), {str(tmp_path)!r} + f"/m{{dynamo}}.onnx", dynamo=dynamo)
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "" and run.stderr == "", run.stdout + run.stderr
