@@ -17,7 +17,9 @@ submodules, ``lint`` and ``recompile``. Nothing here knows of ONNX or of how rep
 
 from __future__ import annotations
 
+import functools
 import inspect
+import re
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -33,10 +35,11 @@ NODE_POOL_CALL = "fxpool_pool_call"  # node.meta key: the PoolCall of a pool nod
 
 
 class PoolLeafTracer(fx.Tracer):
-    """An fx tracer that keeps pools, hooked modules and scripted modules as single nodes.
+    """An fx tracer that keeps pools, hooked, scripted and mode-dependent modules as single nodes.
 
-    ``opaque_leaves`` collects the qualified names of the hooked and scripted leaves: the pools
-    inside them are not in the graph, and the caller converts them separately.
+    ``opaque_leaves`` collects the qualified names of the hooked, scripted and mode-dependent
+    leaves (see :func:`reads_training_flag`): the pools inside them are not in the graph, and the
+    caller converts them separately.
     """
 
     def __init__(self) -> None:
@@ -46,7 +49,7 @@ class PoolLeafTracer(fx.Tracer):
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         if describe_module(m) is not None or _is_fxpool_module(m):
             return True
-        if has_hooks(m) or isinstance(m, torch.jit.ScriptModule):
+        if has_hooks(m) or isinstance(m, torch.jit.ScriptModule) or reads_training_flag(m):
             if module_qualified_name not in self.opaque_leaves:
                 self.opaque_leaves.append(module_qualified_name)
             return True
@@ -55,6 +58,31 @@ class PoolLeafTracer(fx.Tracer):
 
 def _is_fxpool_module(m: nn.Module) -> bool:
     return type(m).__module__.startswith("fxpool.")
+
+
+class ModeDependentForwardError(Exception):
+    """The module's own code reads ``self.training``, so a trace would keep only the current mode's path."""
+
+
+def reads_training_flag(module: nn.Module) -> bool:
+    """Whether the module's class (torch.nn's own excepted) reads ``self.training`` anywhere in its code.
+
+    A trace replaces ``if self.training:`` (or ``F.dropout(..., training=self.training)``) by the
+    branch of the mode at conversion; such a module is kept as a call instead, so it keeps
+    following ``.train()``/``.eval()``, and is converted below.
+    """
+    return _class_reads_training_flag(type(module))
+
+
+@functools.lru_cache(maxsize=None)
+def _class_reads_training_flag(cls: type) -> bool:
+    if cls.__module__.startswith(("torch.nn.", "fxpool.")) or cls is fx.GraphModule:
+        return False  # torch.nn's modules read the flag at run time, below the traced graph
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):  # defined where no source is kept
+        return False
+    return re.search(r"\bself\.training\b", source) is not None
 
 
 @dataclass(frozen=True)
@@ -76,6 +104,10 @@ def trace(module: nn.Module, unpassed: tuple[str, ...] = ()) -> Traced:
     """
     tracer = PoolLeafTracer()
     root = graph_of(module) or module  # a converted module runs its graph: trace that, not its class's forward
+    if root is module and isinstance(module, nn.Module) and reads_training_flag(module):
+        raise ModeDependentForwardError(
+            f"{type(module).__name__} reads self.training, so a trace would keep only the "
+            f"{'train' if module.training else 'eval'}-mode path; converted below instead")
     with LOCK, refusing_export_branches():
         graph = tracer.trace(root, concrete_args={name: None for name in unpassed} or None)
     name = module.__class__.__name__ if isinstance(module, nn.Module) else module.__name__

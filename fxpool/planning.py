@@ -49,6 +49,10 @@ AxisKind = Literal["identity", "reduce", "pool", "upsample", "matrix", "gather"]
 # from 57,600 on (40->6 forward+backward: 1.02x batched, 1.42x single); between them (25->7,
 # 33->6) the two ways of timing disagree, so the limit stays at the safe end. When the pool grows
 # the plane, the forward loses earlier (6->17, 10,404 entries: 0.90x-1.25x), hence a lower limit.
+# An average axis whose averaging matrix would hold more elements than this is pooled by gathering
+# its windows instead (memory and time linear in the length); fitted by the benchmarks' longaxis
+# section, see the README.
+LONG_AXIS_MATRIX_ELEMENTS = 1 << 18
 KRONECKER_MAX_ELEMENTS = 20480
 KRONECKER_MAX_ELEMENTS_GROWING = 4096
 
@@ -109,10 +113,23 @@ class KroneckerStep:
 
 @dataclass(frozen=True)
 class WindowGatherStep:
-    """Copy out each window's positions along one axis, padded to ``span`` by repeating its last one.
+    """Copy out each window's positions along one axis, padded to ``span``.
 
-    A MaxPool with kernel and stride ``span`` on that axis then takes each window's maximum.
+    Max family: padded by repeating the window's last position, so a MaxPool with kernel and stride
+    ``span`` takes each window's maximum. Average family (``zero_padded``): padded with a zero, so
+    an AvgPool with that kernel gives ``sum / span``, which :class:`WindowScaleStep` turns into the mean.
     """
+
+    axis: int
+    in_size: int
+    out_size: int
+    span: int
+    zero_padded: bool = False
+
+
+@dataclass(frozen=True)
+class WindowScaleStep:
+    """Multiply output ``i`` along one axis by ``span / length_i`` (after a zero-padded gather and AvgPool)."""
 
     axis: int
     in_size: int
@@ -131,7 +148,7 @@ class UpsampleStep:
     sizes: tuple[int | None, ...]
 
 
-Step = Union[PoolStep, ReduceStep, MatmulStep, KroneckerStep, WindowGatherStep, UpsampleStep]
+Step = Union[PoolStep, ReduceStep, MatmulStep, KroneckerStep, WindowGatherStep, WindowScaleStep, UpsampleStep]
 
 
 @dataclass(frozen=True)
@@ -198,7 +215,10 @@ def _describe_step(step: Step, spatial_dims: int) -> str:
         outs = "x".join(map(str, step.out_sizes))
         return f"kron-matmul {''.join(names[a] for a in step.axes)} {ins}->{outs}"
     if isinstance(step, WindowGatherStep):
-        return f"gather {names[step.axis]} {step.in_size}->{step.out_size}x{step.span}"
+        padding = ", zero-padded" if step.zero_padded else ""
+        return f"gather {names[step.axis]} {step.in_size}->{step.out_size}x{step.span}{padding}"
+    if isinstance(step, WindowScaleStep):
+        return f"scale {names[step.axis]} by {step.span}/window length"
     return f"nearest upsample to {_fmt(step.sizes)}"
 
 
@@ -247,6 +267,11 @@ def _upsample_rule(family: PoolFamily, in_size: int, out_size: int, follows: boo
 def _general_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool) -> AxisChoice:
     lengths = window_lengths(in_size, out_size)
     shape = f"windows of lengths {lengths}" if len(lengths) > 1 else f"{lengths[0]}-windows at uneven starts"
+    if family == "avg" and in_size * out_size > LONG_AXIS_MATRIX_ELEMENTS:
+        return AxisChoice("gather", in_size, out_size,
+                          f"{in_size}->{out_size}: {shape}; a {out_size}x{in_size} matrix would exceed "
+                          f"{LONG_AXIS_MATRIX_ELEMENTS} elements, so gathered windows, zero-padded, averaged and "
+                          f"rescaled", kernel=lengths[-1], stride=lengths[-1])
     if family == "avg":
         return AxisChoice("matrix", in_size, out_size, f"{in_size}->{out_size}: {shape}, averaging matrix")
     return AxisChoice("gather", in_size, out_size, f"{in_size}->{out_size}: {shape}, gathered windows, max",
@@ -316,7 +341,7 @@ def _steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]
     kinds = [axis.kind for axis in axes]
     for i, axis in enumerate(axes):
         if axis.kind == "gather":
-            steps.append(WindowGatherStep(i, axis.in_size, axis.out_size, axis.kernel))
+            steps.append(WindowGatherStep(i, axis.in_size, axis.out_size, axis.kernel, zero_padded=family == "avg"))
     if "pool" in kinds or "gather" in kinds:
         pooled = [a.kind in ("pool", "reduce", "gather") for a in axes]
         steps.append(PoolStep(
@@ -324,6 +349,9 @@ def _steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]
             tuple(a.kernel if p else 1 for a, p in zip(axes, pooled)),
             tuple(a.stride if p else 1 for a, p in zip(axes, pooled)),
         ))
+        if family == "avg":
+            steps += [WindowScaleStep(i, a.in_size, a.out_size, a.kernel) for i, a in enumerate(axes)
+                      if a.kind == "gather"]
     elif "reduce" in kinds:
         steps.append(ReduceStep(family, tuple(i for i, k in enumerate(kinds) if k == "reduce")))
 

@@ -32,6 +32,7 @@ from .planning import (
     ReduceStep,
     UpsampleStep,
     WindowGatherStep,
+    WindowScaleStep,
     axis_names,
 )
 from .windows import window_bounds
@@ -59,16 +60,24 @@ def kronecker_matrix(in_sizes: Sequence[int], out_sizes: Sequence[int], dtype: t
     return matrix.to(dtype=dtype, device=device)
 
 
-def window_gather_indices(in_size: int, out_size: int, span: int) -> torch.Tensor:
-    """Each window's positions in order, padded to ``span`` by repeating its last position.
+def window_gather_indices(in_size: int, out_size: int, span: int, zero_padded: bool = False) -> torch.Tensor:
+    """Each window's positions in order, padded to ``span``.
 
-    A repeat comes after the position it copies, so a max over the span still finds the first (and,
-    for NaN, the last) maximum where PyTorch does, and its gradient lands on the same input.
+    By repeating its last position (max): a repeat comes after the position it copies, so a max over
+    the span still finds the first (and, for NaN, the last) maximum where PyTorch does, and its
+    gradient lands on the same input. Or by ``in_size`` (``zero_padded``, average): the position of
+    the zero the replacement appends to the axis.
     """
     positions = []
     for start, end in window_bounds(in_size, out_size):
-        positions += list(range(start, end)) + [end - 1] * (span - (end - start))
+        positions += list(range(start, end)) + [in_size if zero_padded else end - 1] * (span - (end - start))
     return torch.tensor(positions, dtype=torch.int64)
+
+
+def window_scales(in_size: int, out_size: int, span: int) -> torch.Tensor:
+    """``span / length`` of each window, in float64: turns an AvgPool over zero-padded windows into their means."""
+    return torch.tensor([span / (end - start) for start, end in window_bounds(in_size, out_size)],
+                        dtype=torch.float64)
 
 
 @torch.fx.wrap
@@ -157,16 +166,18 @@ class ExactAdaptivePool(nn.Module):
         """(Re)build the averaging matrices (in ``dtype``) and window indices, exactly, on ``device``."""
         for index, step in enumerate(self.plan.steps):
             if isinstance(step, WindowGatherStep):
-                indices = window_gather_indices(step.in_size, step.out_size, step.span)
+                indices = window_gather_indices(step.in_size, step.out_size, step.span, step.zero_padded)
                 self.register_buffer(f"indices_{index}", indices.to(device), persistent=False)
-            elif isinstance(step, (MatmulStep, KroneckerStep)):
+            elif isinstance(step, (MatmulStep, KroneckerStep, WindowScaleStep)):
                 self.register_buffer(f"weight_{index}", self._weight(step, dtype, device), persistent=False)
 
     @staticmethod
-    def _weight(step: MatmulStep | KroneckerStep, dtype: torch.dtype,
+    def _weight(step: MatmulStep | KroneckerStep | WindowScaleStep, dtype: torch.dtype,
                 device: torch.device | str | None) -> torch.Tensor:
         if isinstance(step, MatmulStep):
             return averaging_matrix(step.in_size, step.out_size, dtype, device)
+        if isinstance(step, WindowScaleStep):
+            return window_scales(step.in_size, step.out_size, step.span).to(dtype=dtype, device=device)
         return kronecker_matrix(step.in_sizes, step.out_sizes, dtype, device)
 
     def _apply(self, fn, recurse: bool = True):  # type: ignore[override]
@@ -212,7 +223,12 @@ class ExactAdaptivePool(nn.Module):
             elif isinstance(step, KroneckerStep):
                 x = _kronecker(x, self._weight_for(index, x), step)
             elif isinstance(step, WindowGatherStep):
+                if step.zero_padded:  # one zero at the end of the axis, where the padding indices point
+                    x = torch.cat([x, torch.zeros_like(x.narrow(step.axis - dims, 0, 1))], step.axis - dims)
                 x = torch.index_select(x, step.axis - dims, getattr(self, f"indices_{index}"))
+            elif isinstance(step, WindowScaleStep):
+                scale = _cast_like(self._weight_for(index, x), x)
+                x = x * scale.reshape((-1,) + (1,) * (dims - 1 - step.axis))
             elif isinstance(step, UpsampleStep):
                 x = _upsample(x, step, self.batched)
             else:
@@ -224,7 +240,7 @@ class ExactAdaptivePool(nn.Module):
         weight = getattr(self, f"weight_{index}")
         if isinstance(x, torch.Tensor) and x.dtype == torch.float64 and weight.dtype != torch.float64:
             step = self.plan.steps[index]
-            assert isinstance(step, (MatmulStep, KroneckerStep))
+            assert isinstance(step, (MatmulStep, KroneckerStep, WindowScaleStep))
             return self._weight(step, torch.float64, x.device)
         return weight
 

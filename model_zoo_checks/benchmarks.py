@@ -11,6 +11,9 @@ repeat, after a warm-up, and the median of the repeats is reported. Sections:
 - ``convert``: ``fxpool.convert`` time as a multiple of one eager forward, for models of growing size.
 - ``kronecker``: separable matmuls against one Kronecker matmul over many sizes, the data that
   :data:`fxpool.planning.KRONECKER_MAX_ELEMENTS` is fitted to.
+- ``longaxis``: 1d average pools over lengths 10^2..10^6, averaging matrix against gathered windows
+  against native, and the bytes each form keeps: what :data:`fxpool.planning.LONG_AXIS_MATRIX_ELEMENTS`
+  is fitted to.
 
 Run ``python -m model_zoo_checks.benchmarks`` (``make bench``); results go to ``reports/bench.json``
 and print as markdown tables.
@@ -29,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import fxpool
+import fxpool.replacements
 from fxpool.copying import graph_of
 from fxpool.exporting import exporter_reason
 from fxpool.planning import choose_plan, kronecker_cost
@@ -217,6 +221,47 @@ def kronecker_section(repeats: int) -> list[dict[str, Any]]:
     return rows
 
 
+# (in, out) per 1d length: a near-identity shrink (windows of 1 and 2) and a tenfold one, both non-uniform.
+LONG_AXIS_LENGTHS = (100, 300, 1_000, 3_000, 10_000, 100_000, 1_000_000)
+MATRIX_TIMED_MAX_ELEMENTS = 1 << 26  # larger matrices (256 MB and up) are not built, only sized
+
+
+def long_axis_section(repeats: int, channels: int = 16) -> list[dict[str, Any]]:
+    """1d average pooling over long axes: averaging matrix against gathered windows, and native.
+
+    Forward seconds, (N=1, C=``channels``, L), and the bytes each form keeps; the planner's
+    :data:`fxpool.planning.LONG_AXIS_MATRIX_ELEMENTS` is where the gather starts to win.
+    """
+    from fxpool import planning
+
+    rows = []
+    for length in LONG_AXIS_LENGTHS:
+        for out in (length - length // 33 - 1, length // 10 + 1):
+            x = torch.randn(1, channels, length)
+            forms: dict[str, nn.Module] = {"native": nn.AdaptiveAvgPool1d(out)}
+            saved = planning.LONG_AXIS_MATRIX_ELEMENTS
+            try:
+                for name, limit in (("matrix", 1 << 62), ("gather", 0)):
+                    if name == "matrix" and length * out > MATRIX_TIMED_MAX_ELEMENTS:
+                        continue
+                    planning.LONG_AXIS_MATRIX_ELEMENTS = limit
+                    plan = planning.choose_plan("avg", (length,), (out,))
+                    forms[name] = fxpool.replacements.ExactAdaptivePool(plan)
+            finally:
+                planning.LONG_AXIS_MATRIX_ELEMENTS = saved
+            with torch.no_grad():
+                times = side_by_side({k: (lambda m=m: m(x)) for k, m in forms.items()}, repeats)
+            row = {"in": length, "out": out, "matrix_bytes": 4 * length * out,
+                   "gather_bytes": 8 * out * planning.window_lengths(length, out)[-1],
+                   "chosen": planning.choose_plan("avg", (length,), (out,)).describe(),
+                   **{f"fwd_{k}": v for k, v in times.items()}}
+            rows.append(row)
+            matrix = f"{row['fwd_matrix'] / row['fwd_gather']:.2f}" if "fwd_matrix" in row else "not built"
+            print(f"| {length}→{out} | {row['matrix_bytes'] / 1e6:.3g} MB | {row['gather_bytes'] / 1e6:.3g} MB | "
+                  f"{matrix} | {row['fwd_gather'] / row['fwd_native']:.2f} | {row['chosen']} |", flush=True)
+    return rows
+
+
 def _ratio(row: dict[str, Any], a: str, b: str, spec: str = ".2f") -> str:
     return format(row[a] / row[b], spec) if a in row and b in row else "-"
 
@@ -232,8 +277,8 @@ def _pool_line(row: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m model_zoo_checks.benchmarks", description=__doc__.splitlines()[0])
-    parser.add_argument("--sections", nargs="*", default=["pools", "convert", "kronecker"],
-                        choices=["pools", "convert", "kronecker"])
+    parser.add_argument("--sections", nargs="*", default=["pools", "convert", "kronecker", "longaxis"],
+                        choices=["pools", "convert", "kronecker", "longaxis"])
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--device", default="cpu", help="cpu or cuda (pools section only)")
     parser.add_argument("--dtypes", nargs="*", choices=list(DTYPES), default=None,
@@ -257,6 +302,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n| H→O (square) | Kronecker entries | fwd kron / separable | fwd+bwd kron / separable | chosen |\n"
               "|---|---|---|---|---|")
         results["kronecker"] = kronecker_section(args.repeats)
+    if "longaxis" in args.sections and args.device == "cpu":
+        print("\n| L→O (1d, C=16) | matrix keeps | gather keeps | fwd matrix / gather | fwd gather / native | chosen |\n"
+              "|---|---|---|---|---|---|")
+        results["longaxis"] = long_axis_section(args.repeats)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
     return 0

@@ -38,6 +38,20 @@ def test_kronecker_fit_rows_name_the_chosen_plan(monkeypatch) -> None:
     assert [r["chosen"].split()[0] for r in rows] == ["kron-matmul", "matmul"]
 
 
+def test_long_axis_rows_time_both_forms_and_leave_the_planner_as_it_was(monkeypatch) -> None:
+    from fxpool import planning
+
+    monkeypatch.setattr(benchmarks, "LONG_AXIS_LENGTHS", (100, 1000))
+    monkeypatch.setattr(benchmarks, "MATRIX_TIMED_MAX_ELEMENTS", 200_000)
+    limit = planning.LONG_AXIS_MATRIX_ELEMENTS
+    rows = benchmarks.long_axis_section(repeats=1, channels=2)
+    assert planning.LONG_AXIS_MATRIX_ELEMENTS == limit
+    assert [(r["in"], r["out"]) for r in rows] == [(100, 96), (100, 11), (1000, 969), (1000, 101)]
+    assert "fwd_matrix" in rows[0] and "fwd_matrix" not in rows[2]  # 969k entries: sized, not built
+    assert all(r["fwd_gather"] > 0 and r["fwd_native"] > 0 for r in rows)
+    assert rows[2]["chosen"].startswith("gather") and rows[3]["chosen"].startswith("matmul")
+
+
 @pytest.mark.cuda
 def test_gpu_eager_case_in_every_dtype() -> None:
     for dtype in benchmarks.DTYPES.values():

@@ -331,3 +331,49 @@ def test_a_pool_shared_by_a_traced_and_an_untraceable_parent_is_converted_for_bo
     assert type(converted.b.pool).__name__ == "ExactAdaptivePool"
     torch.testing.assert_close(converted(x), model(x), **F32)
     assert fxpool.export(model, x, tmp_path / "shared.onnx", dynamo=False).max_abs_error < 1e-5
+
+
+class AuxHead(nn.Module):
+    """Returns an auxiliary output only in train mode, as googlenet and inception do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+        self.pool = nn.AdaptiveAvgPool2d(7)
+        self.aux = nn.Linear(4 * 7 * 7, 2)
+
+    def forward(self, x: torch.Tensor):
+        y = self.pool(self.conv(x))
+        if self.training:
+            return y, self.aux(y.flatten(1))
+        return y
+
+
+class FunctionalDropout(nn.Module):
+    """Mode-dependent code inside a submodule: F.dropout reading self.training."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(7)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.dropout(self.pool(x), 0.5, training=self.training)
+
+
+@pytest.mark.parametrize("build", [AuxHead, lambda: nn.Sequential(nn.Conv2d(3, 3, 1), FunctionalDropout())],
+                         ids=["root-branches-on-training", "submodule-reads-training"])
+def test_code_that_reads_self_training_keeps_following_the_mode(build) -> None:
+    model = build().eval()
+    x = torch.randn(2, 3, 10, 10)
+    converted = fxpool.convert(model, x)
+    report = report_of(converted)
+    assert len(report.converted) == 1 and not report.unconverted
+    for mode in (True, False, True):
+        converted.train(mode)
+        model.train(mode)
+        torch.manual_seed(0)
+        got = converted(x)
+        torch.manual_seed(0)
+        want = model(x)
+        assert type(got) is type(want)
+        torch.testing.assert_close(got, want, **F32)

@@ -259,3 +259,61 @@ def test_zero_channels_convert_and_run_as_the_native_pools_do() -> None:
         torch.nn.AdaptiveMaxPool2d(7)(x)
     with pytest.raises(fxpool.ExampleInputError, match="non-zero size"):
         fxpool.convert(torch.nn.AdaptiveMaxPool2d(7), x)
+
+
+@pytest.fixture
+def gathered_averages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every non-uniform average axis takes the long-axis form (gathered windows), whatever its length."""
+    from fxpool import planning
+
+    monkeypatch.setattr(planning, "LONG_AXIS_MATRIX_ELEMENTS", 0)
+
+
+@pytest.mark.parametrize("in_size", range(1, 17))
+def test_exhaustive_1d_gathered_average(in_size: int, gathered_averages: None) -> None:
+    """The long-axis form against PyTorch at every length 1..16 -> 1..20, float64, with gradients."""
+    for out_size in range(1, 21):
+        plan = choose_plan("avg", (in_size,), (out_size,))
+        assert plan.axes[0].kind != "matrix"
+        assert_same_pool("avg", torch.randn(2, 3, in_size, dtype=torch.float64), (out_size,))
+
+
+@settings(max_examples=150, deadline=None)
+@given(pool_cases())
+def test_random_sizes_dtypes_layouts_gathered_average(case) -> None:
+    from fxpool import planning
+
+    family, dims, in_sizes, out_sizes, batch, channels, dtype, channels_last = case
+    saved, planning.LONG_AXIS_MATRIX_ELEMENTS = planning.LONG_AXIS_MATRIX_ELEMENTS, 0  # hypothesis: no fixtures
+    try:
+        shape = ((batch,) if batch is not None else ()) + (channels,) + in_sizes
+        x = torch.randn(shape, dtype=torch.float64).to(dtype)
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last if dims == 2 else torch.channels_last_3d)
+        assert_same_pool("avg", x, out_sizes, with_grad=dtype in (torch.float32, torch.float64))
+    finally:
+        planning.LONG_AXIS_MATRIX_ELEMENTS = saved
+
+
+def test_a_long_axis_keeps_memory_linear_in_its_length() -> None:
+    import fxpool
+
+    pool = torch.nn.AdaptiveAvgPool1d(16000)  # 16384 -> 16000: a dense matrix would hold 1.0 GB
+    x = torch.randn(1, 2, 16384)
+    converted = fxpool.convert(pool, x)
+    (record,) = fxpool.report_of(converted).records
+    assert record.replacement.startswith("gather L 16384->16000x3, zero-padded")
+    kept = sum(b.numel() * b.element_size() for b in converted.buffers())
+    assert kept < 1_000_000, kept  # indices and scales: about 16000 x 3 x 8 bytes
+    torch.testing.assert_close(converted(x), pool(x), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_the_long_axis_form_exports_with_portable_ops(dynamo: bool, tmp_path) -> None:
+    import fxpool
+
+    pool = torch.nn.AdaptiveAvgPool1d(4000)
+    result = fxpool.export(pool, torch.randn(1, 2, 4096), tmp_path / "long.onnx", dynamo=dynamo)
+    assert {"Gather", "AveragePool", "Mul"} <= set(result.op_histogram), result.op_histogram
+    assert not {"GatherND", "Where", "MatMul"} & set(result.op_histogram), result.op_histogram
+    assert result.max_abs_error < 1e-5
