@@ -239,7 +239,7 @@ class _Conversion:
         if name in self.undo.traces:
             return self._descend(module, name, self.undo.traces[name], events)
         try:
-            traced = trace(module, self.root_unpassed if not name else ())
+            traced = trace(module, self.root_unpassed if not name else None)
         except Exception as error:  # torch.fx's trace errors have no common base class
             return self._descend(module, name, _first_line(error), events)
         return self._graph(module, traced.graph_module, traced.opaque_leaves, name, events)

@@ -93,12 +93,14 @@ class Traced:
     opaque_leaves: tuple[str, ...]
 
 
-def trace(module: nn.Module, unpassed: tuple[str, ...] = ()) -> Traced:
+def trace(module: nn.Module, unpassed: tuple[str, ...] | None = None) -> Traced:
     """Symbolically trace ``module``; raises whatever torch.fx raises for untraceable code.
 
-    ``unpassed`` names forward parameters defaulting to ``None`` that the call did not pass: they
-    are traced as ``None`` (torch.fx would otherwise make them proxies, so ``if mask is not None``
-    took the wrong branch), and the graph asserts they stay ``None``. torch.fx patches
+    ``unpassed`` names forward parameters defaulting to ``None`` that the example's call did not
+    pass (or passed as ``None``): they are traced as ``None`` (torch.fx would otherwise make them
+    proxies, so ``if mask is not None`` took the wrong branch), and the graph guards every such
+    parameter against the other spelling (:func:`check_optional_argument`). ``None`` means the call
+    is not known (a submodule called from untraceable code): no guards. torch.fx patches
     ``nn.Module.__call__`` for the whole process while it traces, so traces are serialised under
     :data:`~fxpool.globalstate.LOCK`.
     """
@@ -109,9 +111,10 @@ def trace(module: nn.Module, unpassed: tuple[str, ...] = ()) -> Traced:
             f"{type(module).__name__} reads self.training, so a trace would keep only the "
             f"{'train' if module.training else 'eval'}-mode path; converted below instead")
     with LOCK, refusing_export_branches():
-        graph = tracer.trace(root, concrete_args={name: None for name in unpassed} or None)
+        graph = tracer.trace(root, concrete_args={name: None for name in unpassed or ()} or None)
     name = module.__class__.__name__ if isinstance(module, nn.Module) else module.__name__
-    _guard_optional_arguments(graph, root, set(unpassed), name)
+    if unpassed is not None:  # the example's call is known: guard the other spellings
+        _guard_optional_arguments(graph, root, set(unpassed), name)
     return Traced(fx.GraphModule(tracer.root, graph, name), tuple(tracer.opaque_leaves))
 
 
