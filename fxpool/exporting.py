@@ -99,7 +99,8 @@ def _export_file(converted: nn.Module, reference: nn.Module, example: Example, p
     try:
         with warnings.catch_warnings(), _quiet_loggers(_EXPORTER_LOGGERS):  # the exporters' notices on every call
             warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
-            warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export", category=DeprecationWarning)
+            warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export",
+                                    category=DeprecationWarning)
             # Keyword arguments as a trailing dict: both exporters read it so, and it keeps a dict that
             # is the last positional argument from being taken for them.
             _export_with_translations(torch.onnx.export, converted, example.args + (dict(example.kwargs),), path,

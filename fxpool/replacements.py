@@ -100,7 +100,7 @@ def check_input(x: torch.Tensor, expected: tuple[int | None, ...], where: str) -
             f"spatial sizes, as the original pool does.")
     if not any(e is not None for e in expected):
         return x
-    seen = shape[len(shape) - len(expected):]
+    seen = spatial
     traced = tuple("*" if e is None else e for e in expected)
     if any(e is not None and not is_concrete_int(s) for e, s in zip(expected, seen)):
         raise SpatialSizeError(
@@ -133,8 +133,10 @@ def keep_memory_format(source: torch.Tensor, result: torch.Tensor, spatial_dims:
         return result
     if spatial_dims == 3:
         return result.contiguous()
-    if spatial_dims == 2 and source.dim() == 4 and not source.is_contiguous() and source.is_contiguous(memory_format=torch.channels_last):
-        return result.contiguous(memory_format=torch.channels_last)
+    channels_last = torch.channels_last
+    if spatial_dims == 2 and source.dim() == 4 and not source.is_contiguous() and source.is_contiguous(
+            memory_format=channels_last):
+        return result.contiguous(memory_format=channels_last)
     return result
 
 
@@ -283,8 +285,9 @@ def matmul_along(x: torch.Tensor, weight: torch.Tensor, dim: int) -> torch.Tenso
 def _kronecker(x: torch.Tensor, weight: torch.Tensor, step: KroneckerStep) -> torch.Tensor:
     flat = torch.flatten(x.contiguous(), start_dim=x.dim() - len(step.axes))
     y = F.linear(flat, _cast_like(weight, x))
-    # reshape, not unflatten: the TorchScript exporter translates aten::unflatten only from opset 13
-    return y.reshape(y.shape[:-1] + tuple(step.out_sizes))  # no tuple(): a Proxy under torch.fx cannot be iterated
+    # reshape, not unflatten: the TorchScript exporter translates aten::unflatten only from opset 13;
+    # y.shape[:-1] is not made a tuple, since a Proxy under torch.fx cannot be iterated
+    return y.reshape(y.shape[:-1] + tuple(step.out_sizes))
 
 
 def _upsample(x: torch.Tensor, step: UpsampleStep, batched: bool) -> torch.Tensor:

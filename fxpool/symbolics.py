@@ -38,13 +38,10 @@ class _TorchScriptOps:
     def average_pool(self, x: Any, kernel: list[int], strides: list[int]) -> Any:
         return self.g.op("AveragePool", x, kernel_shape_i=kernel, strides_i=strides)
 
-    def matmul(self, x: Any, weight: torch.Tensor) -> Any:
-        return self.g.op("MatMul", x, self.g.op("Constant", value_t=weight))
-
     def transpose(self, x: Any, perm: list[int]) -> Any:
         return self.g.op("Transpose", x, perm_i=perm)
 
-    def dynamic_matmul(self, x: Any, weight: Any) -> Any:
+    def matmul(self, x: Any, weight: Any) -> Any:
         return self.g.op("MatMul", x, weight)
 
     def constant(self, value: torch.Tensor) -> Any:
@@ -81,15 +78,10 @@ class _OnnxScriptOps:
     def average_pool(self, x: Any, kernel: list[int], strides: list[int]) -> Any:
         return self.op.AveragePool(x, kernel_shape=kernel, strides=strides)
 
-    def matmul(self, x: Any, weight: torch.Tensor) -> Any:
-        import onnx
-
-        return self.op.MatMul(x, self.op.Constant(value=onnx.numpy_helper.from_array(weight.numpy())))
-
     def transpose(self, x: Any, perm: list[int]) -> Any:
         return self.op.Transpose(x, perm=perm)
 
-    def dynamic_matmul(self, x: Any, weight: Any) -> Any:
+    def matmul(self, x: Any, weight: Any) -> Any:
         return self.op.MatMul(x, weight)
 
     def constant(self, value: torch.Tensor) -> Any:
@@ -114,7 +106,8 @@ class _OnnxScriptOps:
 
 
 # onnx.TensorProto's element types, without importing onnx where the TorchScript exporter runs.
-_ONNX_DTYPES = {torch.float32: 1, torch.int64: 7, torch.bool: 9, torch.float16: 10, torch.float64: 11, torch.bfloat16: 16}
+_ONNX_DTYPES = {torch.float32: 1, torch.int64: 7, torch.bool: 9, torch.float16: 10, torch.float64: 11,
+                torch.bfloat16: 16}
 
 
 def _lower(ops: Any, x: Any, sizes: Sequence[Any], requested: Any, dims: int, dtype: torch.dtype) -> Any:
@@ -154,9 +147,10 @@ def _lower(ops: Any, x: Any, sizes: Sequence[Any], requested: Any, dims: int, dt
         perm[position], perm[-1] = perm[-1], perm[position]
         moved = x if position == rank - 1 else ops.transpose(x, perm)
         if isinstance(i, int) and isinstance(o, int):
-            pooled = ops.matmul(moved, averaging_matrix(i, o, dtype).t().contiguous())  # (in x out)
+            weight = ops.constant(averaging_matrix(i, o, dtype).t().contiguous())  # (in x out)
         else:
-            pooled = ops.dynamic_matmul(moved, _runtime_weight(ops, x, position, o, dtype))
+            weight = _runtime_weight(ops, x, position, o, dtype)
+        pooled = ops.matmul(moved, weight)
         x = pooled if position == rank - 1 else ops.transpose(pooled, perm)
     return x
 

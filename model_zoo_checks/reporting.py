@@ -73,9 +73,9 @@ def summary(cases: Sequence[Any]) -> str:
     whole = [c.ort_speedup for c in ran if c.ort_speedup]
     noise = [c.ort_noise for c in ran if c.ort_noise]
     if whole:
+        band = f"; the same graph timed twice varies {min(noise):.2f}-{max(noise):.2f}" if noise else ""
         lines.append(f"  whole models in onnxruntime, stock dynamo / fxpool: median {statistics.median(whole):.2f}x "
-                     f"(from {min(whole):.2f} to {max(whole):.2f}); the same graph timed twice varies "
-                     f"{min(noise):.2f}-{max(noise):.2f}" if noise else "")
+                     f"(from {min(whole):.2f} to {max(whole):.2f}){band}")
     for c in cases:
         if c.status == "fail":
             lines.append(f"  FAIL {c.model} {'x'.join(map(str, c.input_shape))}: {c.reason[:200]}")

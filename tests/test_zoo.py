@@ -173,6 +173,8 @@ def test_the_summary_and_report_say_what_exports_and_how_fast_the_pools_are(tmp_
     assert "median 5.0x (from 5.0x to 5.0x over 1 distinct pools); 1 more the stock dynamo exporter cannot export" in text
     assert "FAIL vgg11_max_pool 1x3x160x160: ExportFailedError: it broke" in text
     assert len(text.splitlines()) < 15
+    no_band = summary([_case("vgg11", 160, ort_noise=None)])  # a report from before the A/A timing
+    assert "whole models in onnxruntime, stock dynamo / fxpool: median 1.02x (from 1.02 to 1.02)" in no_band
     report = markdown(cases)
     assert "| avg 512x10x10->7x7 | kron-matmul | 0.100 | 0.500 | 5.0 | vgg11@160x160 |" in report
     assert "(exporter output: `logs/x.log`)" in report
