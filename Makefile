@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -qq -c constraints.txt -e '.[test,zoo,crosscheck]'
+	$(PY) -m pip install -qq -c constraints.txt -e '.[test,zoo,crosscheck,timm,smp,dev]'
 	touch $(STAMP)
 
 zoo: $(STAMP)  ## the main job: the model-zoo sweep on the default set

@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import fx, nn
 
-from .calls import POOL_CLASS_NAMES, PoolCall, describe_module
+from .calls import POOL_CLASS_NAMES, PoolCall, describe_module, normalize_output_size
 from .checking import SelfCheck, self_check
 from .copying import carry_hooks, install_graph, module_paths, structural_copy
 from .dynamic import DynamicAdaptiveAvgPool
@@ -189,7 +189,15 @@ class _Undo:
             return True
         blamed = [name for name in conversion.traced if name not in self.traces]
         if not blamed:
-            return False
+            # Nothing pins the mismatch down: undo every replacement left, so that what is returned
+            # is the original's function rather than a conversion known to differ.
+            left = [r.location for r in conversion.records if r.converted and r.location not in self.replacements]
+            for location in left:
+                why = (f"self-check: the converted model differed from the original ({check.mismatch}) and no "
+                       f"single replacement or trace could be blamed, so every replacement was undone")
+                self.replacements[location] = why
+                self.actions.append(f"{location}: {why}")
+            return bool(left)
         outermost = min(name.count(".") + bool(name) for name in blamed)
         for name in blamed:
             if name.count(".") + bool(name) == outermost:
@@ -340,7 +348,9 @@ class _Conversion:
         dims = event.spatial_dims
         in_sizes = event.input_shape[-dims:]
         out_sizes = event.output_shape[-dims:]
-        follows = tuple(s is None for s in call.output_size) if call.output_size else (False,) * dims
+        # interpolate's int size is every axis's, as a pool's output_size is
+        requested = None if call.output_size is None else normalize_output_size(call.output_size, dims, location)
+        follows = tuple(s is None for s in requested) if requested else (False,) * dims
         pool_plan = choose_plan(call.family, in_sizes, out_sizes, follows, scaled_output=call.output_size is None)
         weight_dtype = torch.float64 if event.dtype == torch.float64 else torch.float32
         device = self.fallback_device if event.device.type == "meta" else event.device
@@ -349,7 +359,7 @@ class _Conversion:
             if why_not_dynamic:
                 self.records.append(_unconverted(event, location, why_not_dynamic, call))
                 return None
-            replacement: nn.Module = DynamicAdaptiveAvgPool(call.output_size or out_sizes, where=location)
+            replacement: nn.Module = DynamicAdaptiveAvgPool(requested or out_sizes, where=location)
             description = "dynamic matmul (windows from the runtime size)"
             reason = "dynamic=True; at the traced size: " + pool_plan.reasons()
             agnostic = True

@@ -83,7 +83,7 @@ def install_graph(module: nn.Module, gm: fx.GraphModule) -> None:
     the graph or not, so ``isinstance``, ``state_dict`` keys and the original's checkpoints still
     hold. Where the graph holds its own container at a path of the module (torch.fx builds bare
     ones), the two share their parameter and buffer dicts, so ``module.to(...)`` moves what the
-    graph reads.
+    graph reads. The module's dicts are its own (a copy's, never the user's): see structural_copy.
     """
     for path, graph_part in gm.named_modules():
         try:
@@ -91,6 +91,13 @@ def install_graph(module: nn.Module, gm: fx.GraphModule) -> None:
         except AttributeError:  # a replacement under a fresh name: the same object on both sides
             continue
         if part is not graph_part:
+            for name, tensor in graph_part._buffers.items():
+                if name not in part._buffers:
+                    # A tensor the graph reads that the module does not hold as a buffer (torch.fx
+                    # registers a plain tensor attribute or a tensor made in forward as one): the
+                    # module holds it too, non-persistent, so its state_dict keys stay the original's.
+                    part._buffers[name] = tensor
+                    part._non_persistent_buffers_set.add(name)
             graph_part.__dict__["_parameters"] = part._parameters
             graph_part.__dict__["_buffers"] = part._buffers
     module.__dict__["forward"] = gm.forward

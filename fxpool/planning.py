@@ -331,6 +331,8 @@ def choose_plan(
     if len(in_sizes) != len(out_sizes) or not 1 <= len(in_sizes) <= 3:
         raise ValueError(f"need 1 to 3 spatial axes with matching sizes, got {in_sizes} -> {out_sizes}")
     follows = follows_input or (False,) * len(in_sizes)
+    if len(follows) != len(in_sizes):
+        raise ValueError(f"follows_input has {len(follows)} entries for {len(in_sizes)} spatial axes")
     axes = tuple(choose_axis(family, i, o, f) for i, o, f in zip(in_sizes, out_sizes, follows))
     return PoolPlan(family, tuple(in_sizes), tuple(a.out_size for a in axes), axes, _steps(family, axes),
                     scaled_output)

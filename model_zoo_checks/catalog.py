@@ -1,6 +1,10 @@
 """Which models the zoo sweep runs, how each is built, and at which input shapes.
 
-Discovery is by inspection: a model is swept when one of its modules is an adaptive pool or the
+Three suites: ``torchvision`` (plain names, ``alexnet``), ``timm`` (``timm/NAME``, see
+:mod:`model_zoo_checks.timm_suite`) and ``smp`` (``smp/ARCH-ENCODER``, see
+:mod:`model_zoo_checks.smp_suite`); timm and segmentation_models_pytorch are optional installs.
+
+In torchvision, discovery is by inspection: a model is swept when one of its modules is an adaptive pool or the
 source of one of its module classes calls one. The registry's ``quantized_*`` entries are swept as
 their float variants (``quantize=False``). A few variants built from torchvision parts cover what
 the registry lacks: adaptive max pooling and a PSPNet-style pyramid.
@@ -9,8 +13,9 @@ the registry lacks: adaptive max pooling and a PSPNet-style pyramid.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 import torchvision
@@ -18,6 +23,14 @@ from torch import nn
 
 from fxpool.calls import describe_module
 from fxpool.loading import build_torchvision
+
+from . import smp_suite, timm_suite
+
+SUITES = ("torchvision", "timm", "smp")
+SUITE_PACKAGES = {"torchvision": "torchvision", "timm": "timm", "smp": "segmentation_models_pytorch"}
+TORCHVISION_DEFAULT = ("alexnet", "vgg11", "resnet18", "densenet121", "mobilenet_v2", "googlenet", "squeezenet1_1",
+                       "efficientnet_b0", "mobilenet_v3_small", "r3d_18", "pspnet_resnet18", "vgg11_max_pool")
+TORCHVISION_SIZES = (160, 320)
 
 POOL_SOURCE_MARKERS = ("adaptive_avg_pool", "adaptive_max_pool", 'mode="area"', "mode='area'")
 
@@ -91,8 +104,42 @@ VARIANTS: dict[str, Callable[[], nn.Module]] = {
 }
 
 
-def build(name: str) -> nn.Module:
-    """The model a sweep name stands for, in eval mode, without pretrained weights."""
+def suite_of(name: str) -> str:
+    for suite, module in (("timm", timm_suite), ("smp", smp_suite)):
+        if name.startswith(module.PREFIX):
+            return suite
+    return "torchvision"
+
+
+def installed(suite: str) -> bool:
+    return importlib.util.find_spec(SUITE_PACKAGES[suite]) is not None
+
+
+def default_names(suites: Sequence[str]) -> list[str]:
+    """The default sweep's models of these suites (a few per suite beside torchvision's dozen)."""
+    table = {"torchvision": TORCHVISION_DEFAULT, "timm": timm_suite.DEFAULT, "smp": smp_suite.DEFAULT}
+    return [name for suite in suites for name in table[suite]]
+
+
+def swept_names(suites: Sequence[str] = ("torchvision",)) -> list[str]:
+    """Every model of these suites' full sweeps."""
+    found: list[str] = []
+    for suite in suites:
+        if suite == "torchvision":
+            found += [n for n in torchvision.models.list_models() if has_adaptive_pool(n)] + list(VARIANTS)
+        else:
+            found += (timm_suite if suite == "timm" else smp_suite).names()
+    return found
+
+
+def build(name: str, shape: tuple[int, ...] | None = None) -> nn.Module:
+    """The model a sweep name stands for, in eval mode, without pretrained weights (``shape``: the
+    input it will get, for the few timm models that are built for one size)."""
+    suite = suite_of(name)
+    if suite == "timm":
+        return timm_suite.build(name, shape)
+    if suite == "smp":
+        return smp_suite.build(name, shape)
     if name in VARIANTS:
         return VARIANTS[name]().eval()
     options = dict(OVERRIDES.get(name, {}))
@@ -108,7 +155,7 @@ def has_adaptive_pool(name: str) -> bool:
             model = build(name)
     except NotImplementedError:  # a few builders read tensor values while initialising
         model = build(name)
-    return any(describe_module(m) is not None or _calls_a_pool(type(m)) for m in model.modules())
+    return holds_a_pool(model)
 
 
 @functools.lru_cache(maxsize=None)
@@ -125,9 +172,9 @@ def _calls_a_pool(cls: type) -> bool:
     return False
 
 
-def swept_names() -> list[str]:
-    """Every registry model with an adaptive pool (quantized ones as float variants), then the variants."""
-    return [n for n in torchvision.models.list_models() if has_adaptive_pool(n)] + list(VARIANTS)
+def holds_a_pool(model: nn.Module) -> bool:
+    """Whether one of the model's modules is an adaptive pool or has a class whose source calls one."""
+    return any(describe_module(m) is not None or _calls_a_pool(type(m)) for m in model.modules())
 
 
 def native_size(name: str) -> int | None:
@@ -145,11 +192,16 @@ def native_size(name: str) -> int | None:
     return int(size) if size else None
 
 
-def input_shapes(name: str, sizes: list[int], with_native: bool) -> list[tuple[int, ...]]:
-    """The (1, 3, S, S) shapes to sweep, or the model's one fixed shape."""
+def input_shapes(name: str, sizes: Sequence[int] | None, with_native: bool) -> list[tuple[int, ...]]:
+    """The (1, 3, S, S) shapes to sweep, or the model's one fixed shape. ``sizes`` None: the suite's
+    own (torchvision 160 and 320; timm the model's own size and a second; smp 320 and 512)."""
+    suite = suite_of(name)
+    if suite != "torchvision":
+        chosen = list(sizes) if sizes else (timm_suite if suite == "timm" else smp_suite).sizes(name)
+        return [(1, 3, s, s) for s in chosen]
     if name in INPUT_SHAPES:
         return [INPUT_SHAPES[name]]
-    chosen = list(sizes)
+    chosen = list(sizes or TORCHVISION_SIZES)
     native = native_size(name) if with_native else None
     if native and native not in chosen:
         chosen.append(native)

@@ -232,7 +232,8 @@ def plot(cases: Sequence[Any], path: Path) -> None:
                         label=f"{len(whole)} models, median {statistics.median(whole):.2f}x")
     whole_axis.axvline(1.0, color="k", lw=0.8)
     whole_axis.set_yticks([])
-    whole_axis.legend(fontsize=7, loc="upper left", frameon=False, bbox_to_anchor=(0, -0.45), ncol=2)
+    if whole or noise:
+        whole_axis.legend(fontsize=7, loc="upper left", frameon=False, bbox_to_anchor=(0, -0.45), ncol=2)
     whole_axis.set_xlabel("whole model: stock dynamo graph time / fxpool's graph time", fontsize=8)
     whole_axis.set_title("Whole models (mostly one mean replaced: within noise)", fontsize=10)
     tally = counts(cases)

@@ -1,9 +1,10 @@
-"""The torchvision model-zoo sweep: every model with an adaptive pool, converted, exported, checked.
+"""The model-zoo sweep: models with adaptive pools from torchvision, timm and smp, converted, exported, checked.
 
-Run ``python -m model_zoo_checks.zoo`` (the README's main command) for the default set, or
-``--all`` for every model torchvision registers that holds an adaptive pool (found by inspection,
-see :mod:`model_zoo_checks.catalog`). Per (model, input shape) it records the pools and their
-replacements, the eager error of the converted model (per dtype on ``--device cuda``), the stock
+Run ``python -m model_zoo_checks.zoo`` (the README's main command) for the default set (a dozen
+torchvision models and a few timm and smp ones, those installed), ``--all`` for every model of the
+suites (``--suite torchvision|timm|smp|all``; see :mod:`model_zoo_checks.catalog`). Per (model,
+input shape) it records the adaptive pools the original calls, counted by
+:mod:`model_zoo_checks.census` independently of fxpool's report, the pools and their replacements, the eager error of the converted model (per dtype on ``--device cuda``), the stock
 TorchScript export of the original, both exports of the converted model with their onnxruntime
 error, onnxruntime latency against the dynamo export of the original, and a status. Results go to
 ``REPORT/report.json``, ``report.md`` and ``zoo.png``, rewritten after every case (the exporters'
@@ -36,13 +37,11 @@ from fxpool.exporting import exporter_reason, op_histogram, run_onnxruntime, ver
 
 from .benchmarks import onnx_case
 from .capture import captured, console
-from .catalog import KNOWN_LIMITATIONS, build, input_shapes, swept_names
+from .catalog import KNOWN_LIMITATIONS, SUITES, build, default_names, input_shapes, installed, suite_of, swept_names
+from .census import pool_calls
 from .reporting import counts, markdown, summary, write_reports
 from .timing import side_by_side
 
-DEFAULT_MODELS = ("alexnet", "vgg11", "resnet18", "densenet121", "mobilenet_v2", "googlenet", "squeezenet1_1",
-                  "efficientnet_b0", "mobilenet_v3_small", "r3d_18", "pspnet_resnet18", "vgg11_max_pool")
-DEFAULT_SIZES = (160, 320)
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 DECOMPOSITION_OPS = ("GatherND", "GatherElements", "Where", "ScatterND", "Loop")  # what the stock dynamo graph falls to
 TRIVIAL_REPLACEMENTS = ("mean", "identity")  # no pool-level timing: nothing to compare
@@ -59,6 +58,11 @@ class Case:
     status: str = "fail"  # pass / fail / skip
     reason: str = ""
     device: str = "cpu"
+    suite: str = "torchvision"
+    # Adaptive pool calls per function, counted by running the model (not from fxpool's report):
+    # the original's, and the converted model's (those left to PyTorch).
+    pool_calls: dict[str, int] = field(default_factory=dict)
+    pool_calls_converted: dict[str, int] = field(default_factory=dict)
     pools: int = 0
     replacements: dict[str, int] = field(default_factory=dict)
     unconverted: int = 0
@@ -116,17 +120,23 @@ def ort_latencies(sessions: dict[str, Any], x: torch.Tensor, repeats: int = 9) -
 def check(name: str, shape: tuple[int, ...], workdir: str, exporters: Sequence[str], device: str = "cpu",
           dtypes: Sequence[str] = ("float32",)) -> Case:
     """Convert, compare and export one model at one input shape; never raises."""
-    case = Case(name, tuple(shape), device=device)
+    case = Case(name, tuple(shape), device=device, suite=suite_of(name))
     started = time.perf_counter()
     if name in KNOWN_LIMITATIONS:
         case.status, case.reason = "skip", KNOWN_LIMITATIONS[name]
         return case
     torch.manual_seed(0)
-    model = build(name)
+    try:
+        model = build(name, tuple(shape))
+    except Exception as error:
+        case.reason = f"the model cannot be built: {type(error).__name__}: {error}"[:300]
+        case.details.append(traceback.format_exc())
+        return case
     x = torch.randn(shape)
     try:
         with torch.no_grad():
             expected = model(x)
+        case.pool_calls = pool_calls(model, x)
     except Exception as error:
         case.status, case.reason = "skip", f"the original model does not run at {shape}: {error}"[:300]
         return case
@@ -140,21 +150,35 @@ def check(name: str, shape: tuple[int, ...], workdir: str, exporters: Sequence[s
         case.pools, case.replacements, case.unconverted = len(report.records), report.counts(), len(report.unconverted)
         with torch.no_grad():
             case.eager_max_error = max_error(converted(x), expected)
-        assert case.eager_max_error <= EAGER_TOLERANCE["float32"], f"eager error {case.eager_max_error}"
+        case.pool_calls_converted = pool_calls(converted, x)
+        census_disagrees = _census_disagreement(case)
+        if census_disagrees:
+            raise CaseFailed(census_disagrees)
+        if case.eager_max_error > EAGER_TOLERANCE["float32"]:
+            raise CaseFailed(f"eager error {case.eager_max_error:.3g} over {EAGER_TOLERANCE['float32']}")
         if device != "cpu" or dtypes != ("float32",):
             case.eager_errors = eager_errors(model, x, device, dtypes)
             over = {d: e for d, e in case.eager_errors.items() if e > EAGER_TOLERANCE[d]}
-            assert not over, f"eager error over tolerance on {device}: {over}"
+            if over:
+                raise CaseFailed(f"eager error over tolerance on {device}: {over}")
         stock_path = _export_path(casedir, name, "orig_ts")
         case.stock_torchscript = _stock_torchscript(model, x, stock_path, case.details)
         case.ort_provider = ort_provider(device)
         if "torchscript" in exporters:
             path = _export_path(casedir, name, "ts")
             case.fxpool_torchscript = "fails: not verified"
-            _fxpool_export(case, "fxpool_torchscript", model, x, path, dynamo=False)
-            reference = stock_path if case.stock_torchscript == "ok" else None
-            case.torchscript_ort_error = _verified(path, model, x, expected, reference, notes)
-            case.fxpool_torchscript = "ok"
+            try:
+                _fxpool_export(case, "fxpool_torchscript", model, x, path, dynamo=False)
+            except Exception as error:
+                if case.stock_torchscript != f"fails: {exporter_reason(error)}":
+                    raise
+                # The exporter stops at an op that is not a pool, in the original as in ours.
+                notes.append(f"the TorchScript exporter fails on the original and the converted model alike "
+                             f"({exporter_reason(error)}); TorchScript export not checked")
+            else:
+                reference = stock_path if case.stock_torchscript == "ok" else None
+                case.torchscript_ort_error = _verified(path, model, x, expected, reference, notes)
+                case.fxpool_torchscript = "ok"
         if "dynamo" in exporters:
             graphs = {}
             original = _export_path(casedir, name, "orig_dynamo")
@@ -201,6 +225,9 @@ def check(name: str, shape: tuple[int, ...], workdir: str, exporters: Sequence[s
         case.status = "pass" if not case.unconverted else "fail"
         if case.unconverted:
             notes.append("; ".join(r.reason for r in report.unconverted))
+    except CaseFailed as error:
+        case.status = "fail"
+        notes.append(str(error))
     except Exception as error:
         case.status = "fail"
         notes.append(exporter_reason(error))
@@ -211,6 +238,27 @@ def check(name: str, shape: tuple[int, ...], workdir: str, exporters: Sequence[s
         case.seconds = time.perf_counter() - started
         shutil.rmtree(casedir, ignore_errors=True)
     return case
+
+
+class CaseFailed(Exception):
+    """A check of the case failed (a verdict, not an error of the sweep)."""
+
+
+def _census_disagreement(case: Case) -> str:
+    """Why the pools the models call and the pools the report lists disagree ("" when they agree).
+
+    The report has one record per pool call site the conversion saw; the census counts calls at
+    run time, so a pool called twice from one untraced site would count twice. None of the swept
+    models does that, so the counts must be equal; the converted model must call exactly the pools
+    the report leaves to PyTorch."""
+    called, left = sum(case.pool_calls.values()), sum(case.pool_calls_converted.values())
+    if called != case.pools:
+        return (f"the original calls {called} adaptive pools ({case.pool_calls}) but the report lists "
+                f"{case.pools}")
+    if left != case.unconverted:
+        return (f"the converted model still calls {left} adaptive pools ({case.pool_calls_converted}) but the "
+                f"report leaves {case.unconverted} to PyTorch")
+    return ""
 
 
 def _fxpool_export(case: Case, attribute: str, model: torch.nn.Module, x: torch.Tensor, path: str,
@@ -247,7 +295,7 @@ def _export_path(casedir: str, name: str, label: str) -> str:
     # One folder per export: models over 2 GB write their weights as external data files beside it.
     folder = os.path.join(casedir, label)
     os.makedirs(folder, exist_ok=True)
-    return os.path.join(folder, f"{name}.onnx")
+    return os.path.join(folder, f"{name.replace('/', '_').replace(':', '_')}.onnx")
 
 
 def eager_errors(model: torch.nn.Module, x: torch.Tensor, device: str, dtypes: Sequence[str]) -> dict[str, float]:
@@ -338,12 +386,18 @@ def _shard(text: str) -> tuple[int, int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fxpool zoo", description="torchvision model-zoo sweep")
-    parser.add_argument("--models", nargs="*", default=None, help=f"default: {' '.join(DEFAULT_MODELS)}")
-    parser.add_argument("--sizes", nargs="*", type=int, default=list(DEFAULT_SIZES),
-                        help="square input sizes (video models and a few slow ones use their own fixed shape)")
+    parser = argparse.ArgumentParser(prog="fxpool zoo", description="model-zoo sweep (torchvision, timm, smp)")
+    parser.add_argument("--models", nargs="*", default=None,
+                        help="names as in report.md: alexnet, timm/resnet18:catavgmax, smp/PSPNet-resnet18 "
+                             f"(default: {' '.join(default_names(SUITES))})")
+    parser.add_argument("--suite", nargs="+", choices=[*SUITES, "all"], default=["all"],
+                        help="which suites' models to sweep (all: those installed); default all")
+    parser.add_argument("--sizes", nargs="*", type=int, default=None,
+                        help="square input sizes (default: torchvision 160 320, timm the model's own and a second, "
+                             "smp 320 512; video models and a few slow ones keep their own fixed shape)")
     parser.add_argument("--all", action="store_true",
-                        help="every torchvision model with an adaptive pool, at --sizes and its own default size")
+                        help="every model of the suites (torchvision: each with an adaptive pool, also at its own "
+                             "default size; timm: one per family; smp: every decoder on two encoders)")
     parser.add_argument("--exporters", nargs="*", default=["torchscript", "dynamo"], choices=["torchscript", "dynamo"])
     parser.add_argument("--device", default="cpu", help="cpu or cuda: where the eager checks run")
     parser.add_argument("--dtypes", nargs="*", choices=list(DTYPES), default=None,
@@ -367,7 +421,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
     dtypes = tuple(args.dtypes or (["float32"] if args.device == "cpu" else list(DTYPES)))
-    names = swept_names() if args.all else list(args.models or DEFAULT_MODELS)
+    suites = [s for s in SUITES if installed(s)] if "all" in args.suite else list(dict.fromkeys(args.suite))
+    for suite in suites:
+        if not installed(suite):
+            parser.error(f"--suite {suite}: the package is not installed; pip install -e '.[{suite}]'")
+    names = swept_names(suites) if args.all else list(args.models or default_names(suites))
     jobs = [(n, s) for n in names for s in input_shapes(n, args.sizes, with_native=args.all)]
     shard, shards = args.shard
     jobs = jobs[shard - 1::shards]
@@ -389,7 +447,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 progress.set_description(label)
             case = done.get((name, shape))
             if case is None:
-                log = Path("logs") / f"{label}.log"
+                log = Path("logs") / f"{label.replace('/', '_').replace(':', '_')}.log"
                 (folder / log).unlink(missing_ok=True)
                 with contextlib.nullcontext() if args.verbose else captured(folder / log):
                     case = check(name, shape, workdir, args.exporters, args.device, dtypes)

@@ -377,3 +377,57 @@ def test_code_that_reads_self_training_keeps_following_the_mode(build) -> None:
         want = model(x)
         assert type(got) is type(want)
         torch.testing.assert_close(got, want, **F32)
+
+
+class _AreaBySize(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(x, size=4, mode="area")
+
+
+@pytest.mark.parametrize("build", [lambda: nn.Upsample(size=4, mode="area"),
+                                   lambda: nn.Sequential(nn.Upsample(size=4, mode="area")), _AreaBySize],
+                         ids=["root-upsample", "upsample-in-sequential", "interpolate"])
+def test_an_int_area_size_covers_every_spatial_axis(build) -> None:
+    # An int size of interpolate/Upsample is every axis's size: 10x10 -> 4x4, not 4x10.
+    model, x = build(), torch.randn(1, 4, 10, 10)
+    converted = fxpool.convert(model, x)
+    torch.testing.assert_close(converted(x), model(x), rtol=1e-6, atol=1e-6)
+    assert report_of(converted).records[0].converted and report_of(converted).check.status == "passed"
+
+
+def test_a_failed_self_check_that_blames_nothing_undoes_every_replacement(monkeypatch) -> None:
+    # A replacement that is wrong where the per-replacement check cannot see it, at the root (no
+    # trace to undo): the result must be the original's function, not the failing conversion.
+    from fxpool import checking, replacements
+
+    native_forward = replacements.ExactAdaptivePool.forward
+    monkeypatch.setattr(replacements.ExactAdaptivePool, "forward", lambda self, x: native_forward(self, x) + 1)
+    monkeypatch.setattr(checking, "_replacement_hook", lambda checks: (lambda module, inputs, output: None))
+    model, x = nn.AdaptiveAvgPool2d(3), torch.randn(1, 4, 10, 10)
+    converted = fxpool.convert(model, x)
+    torch.testing.assert_close(converted(x), model(x), rtol=0, atol=0)
+    report = report_of(converted)
+    assert not report.converted and "no single replacement or trace could be blamed" in report.records[0].reason
+
+
+class _PlainTensorAttribute(nn.Module):
+    """A tensor kept as a plain attribute, not a buffer (timm's CSATv2 does this): torch.fx makes it one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(3)
+        self.scale = torch.tensor([2.0])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(x) * self.scale
+
+
+def test_a_plain_tensor_attribute_read_by_the_graph_keeps_working_and_keys_stay() -> None:
+    model, x = _PlainTensorAttribute().eval(), torch.randn(1, 2, 10, 10)
+    converted = fxpool.convert(model, x)
+    assert report_of(converted).converted and report_of(converted).check.status == "passed"
+    torch.testing.assert_close(converted(x), model(x), rtol=1e-6, atol=1e-6)
+    assert list(converted.state_dict()) == list(model.state_dict()) == []
+    again = fxpool.convert(converted, x)  # copies of the converted model read it too
+    torch.testing.assert_close(again.double()(x.double()), model(x).double(), rtol=1e-6, atol=1e-6)
+    assert not list(model.buffers())  # the user's module is unchanged

@@ -181,3 +181,55 @@ def test_the_summary_and_report_say_what_exports_and_how_fast_the_pools_are(tmp_
     pytest.importorskip("matplotlib")
     write_reports(cases, tmp_path)
     assert (tmp_path / "zoo.png").stat().st_size > 10_000
+
+
+def test_suites_are_named_built_and_sized_by_their_own_rules() -> None:
+    pytest.importorskip("timm")
+    pytest.importorskip("segmentation_models_pytorch")
+    assert [catalog.suite_of(n) for n in ("alexnet", "timm/resnet18:max", "smp/PSPNet-resnet18")] == \
+        ["torchvision", "timm", "smp"]
+    assert catalog.input_shapes("timm/resnet10t", None, with_native=False) == [(1, 3, 176, 176), (1, 3, 202, 202)]
+    assert catalog.input_shapes("timm/nest_tiny", None, with_native=False)[-1] == (1, 3, 256, 256)
+    assert catalog.input_shapes("smp/PSPNet-resnet18", None, with_native=False) == [(1, 3, 320, 320), (1, 3, 512, 512)]
+    assert catalog.input_shapes("alexnet", None, with_native=False) == [(1, 3, 160, 160), (1, 3, 320, 320)]
+    assert type(catalog.build("timm/resnet18:catavgmax").global_pool.pool).__name__ == "AdaptiveCatAvgMaxPool2d"
+    built_for_one_size = catalog.build("timm/nest_tiny", (1, 3, 256, 256))
+    assert built_for_one_size(torch.randn(1, 3, 256, 256)).shape == (1, 1000)
+    smp_names = catalog.swept_names(["smp"])
+    assert {"smp/DPT-tu-resnet18", "smp/UPerNet-mobilenet_v2", "smp/Unet-resnet18:scse"} <= set(smp_names)
+    assert len(catalog.swept_names(["timm"])) == len(set(catalog.swept_names(["timm"]))) >= 60
+    assert catalog.default_names(["timm", "smp"]) == [*catalog.timm_suite.DEFAULT, *catalog.smp_suite.DEFAULT]
+
+
+@pytest.mark.parametrize("name,size", [("timm/resnet18:catavgmax", 64), ("smp/PSPNet-resnet18", 160)])
+def test_timm_and_smp_cases_pass_end_to_end_with_the_census(name: str, size: int, tmp_path) -> None:
+    pytest.importorskip(name.split("/")[0].replace("smp", "segmentation_models_pytorch"))
+    case = zoo.check(name, (1, 3, size, size), str(tmp_path), ["torchscript", "dynamo"])
+    assert case.status == "pass", case.reason
+    assert sum(case.pool_calls.values()) == case.pools >= 2 and case.pool_calls_converted == {}
+    assert case.torchscript_ort_error is not None and case.dynamo_ort_error is not None
+
+
+def test_a_model_the_torchscript_exporter_cannot_take_anyway_is_not_blamed_on_fxpool(tmp_path, monkeypatch) -> None:
+    class UnsupportedOpThenPool(torch.nn.Module):  # the TorchScript exporter has no symbolic for erfcx
+        def __init__(self) -> None:
+            super().__init__()
+            self.pool = torch.nn.AdaptiveAvgPool2d(7)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.pool(torch.special.erfcx(x))
+
+    monkeypatch.setattr(zoo, "build", lambda name, shape=None: UnsupportedOpThenPool().eval())
+    case = zoo.check("unsupported_op_then_pool", (1, 3, 10, 10), str(tmp_path), ["torchscript"])
+    if not case.stock_torchscript.startswith("fails"):
+        pytest.skip("this torch's TorchScript exporter takes erfcx")
+    assert case.status == "pass", case.reason
+    assert "fails on the original and the converted model alike" in case.reason
+
+
+@pytest.mark.slow
+def test_the_timm_family_table_covers_every_family_with_a_pool() -> None:
+    pytest.importorskip("timm")
+    found = catalog.timm_suite.discover_families(catalog.holds_a_pool)
+    assert set(found) == set(catalog.timm_suite.FAMILIES)
+    assert all(model in found[family] for family, model in catalog.timm_suite.FAMILIES.items())
