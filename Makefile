@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: zoo test test-all bench gpu-checks clean
+.PHONY: zoo test test-all lint bench gpu-checks clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ test: $(STAMP)  ## the default test run (slow sweeps left out)
 
 test-all: $(STAMP)  ## every test, slow sweeps included
 	$(PY) -m pytest -n 2 -q --runslow $(TEST_ARGS)
+
+lint: $(STAMP)  ## ruff (lint) over everything, mypy over the package
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 bench: $(STAMP)  ## the benchmark suite (writes reports/bench.json)
 	$(PY) -m model_zoo_checks.benchmarks $(BENCH_ARGS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .checking import SelfCheck
 from .convert import convert, plan
 from .errors import (
     ExampleInputError,
@@ -16,7 +17,6 @@ from .errors import (
     UnsupportedModelError,
 )
 from .exporting import ExportResult, export, onnx_export_hook
-from .checking import SelfCheck
 from .report import ConversionReport, PoolRecord, report_of
 
 __version__ = "0.1.0"

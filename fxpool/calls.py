@@ -15,8 +15,9 @@ turns each into a :class:`PoolCall`; it knows nothing of torch.fx or of how pool
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F

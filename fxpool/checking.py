@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -37,7 +38,7 @@ _DEFAULT_TOLERANCE = 1e-5
 
 CheckStatus = Literal["passed", "failed", "skipped", "inconclusive"]
 
-_NATIVE = {
+_NATIVE: dict[tuple[str, int], Callable[..., torch.Tensor]] = {
     ("avg", 1): F.adaptive_avg_pool1d, ("avg", 2): F.adaptive_avg_pool2d, ("avg", 3): F.adaptive_avg_pool3d,
     ("max", 1): F.adaptive_max_pool1d, ("max", 2): F.adaptive_max_pool2d, ("max", 3): F.adaptive_max_pool3d,
 }
@@ -106,10 +107,10 @@ def self_check(converted: nn.Module, example: Example, reference: Any) -> SelfCh
         with example_run(example):
             try:
                 output = example.call(probe)
-            except Exception as error:  # the converted model failing where the original ran
+            except Exception as raised:  # the converted model failing where the original ran
                 return SelfCheck("failed", "the converted model on the example input",
                                  replacements=tuple(checks),
-                                 mismatch=f"it raised {type(error).__name__}: {_first_line(error)}")
+                                 mismatch=f"it raised {type(raised).__name__}: {_first_line(raised)}")
     mismatch, error, bound = compare_outputs(output, reference)
     status: CheckStatus = "failed" if mismatch or any(not c.passed for c in checks) else "passed"
     return SelfCheck(status, "the converted model on the example input against the original's output",
@@ -117,8 +118,8 @@ def self_check(converted: nn.Module, example: Example, reference: Any) -> SelfCh
 
 
 def _replacement_hook(checks: list[ReplacementCheck]):
-    def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
-        family, out_sizes = module.fxpool_native_reference  # type: ignore[attr-defined]
+    def hook(module: Any, inputs: tuple[Any, ...], output: Any) -> None:  # an ExactAdaptivePool
+        family, out_sizes = module.fxpool_native_reference
         x = inputs[0]
         if not isinstance(x, torch.Tensor) or not isinstance(output, torch.Tensor):
             return
@@ -127,16 +128,16 @@ def _replacement_hook(checks: list[ReplacementCheck]):
         try:
             expected = _NATIVE[(family, dims)](x, sizes)
         except Exception:  # the replacement was built for another input than it gets: it is wrong
-            checks.append(ReplacementCheck(module.where, float("inf"), 0.0))  # type: ignore[attr-defined]
+            checks.append(ReplacementCheck(module.where, float("inf"), 0.0))
             return
         if family == "max":
             same = output.shape == expected.shape and torch.equal(output.isnan(), expected.isnan()) and bool(
                 (output.nan_to_num() == expected.nan_to_num()).all())
             error = 0.0 if same else float("inf")
-            checks.append(ReplacementCheck(module.where, error, 0.0))  # type: ignore[attr-defined]
+            checks.append(ReplacementCheck(module.where, error, 0.0))
             return
         error, bound = _tensor_error(output, expected)
-        checks.append(ReplacementCheck(module.where, error, bound))  # type: ignore[attr-defined]
+        checks.append(ReplacementCheck(module.where, error, bound))
     return hook
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -21,7 +22,7 @@ def parse_shape(text: str) -> tuple[int, ...]:
     try:
         shape = tuple(int(part) for part in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--input-shape wants comma-separated integers like 1,3,224,224, got {text!r}")
+        raise argparse.ArgumentTypeError(f"--input-shape wants comma-separated integers like 1,3,224,224, got {text!r}") from None
     if not shape or any(s < 0 for s in shape):
         raise argparse.ArgumentTypeError(f"--input-shape wants non-negative sizes, got {text!r}")
     return shape
@@ -86,7 +87,7 @@ def _run(args: argparse.Namespace, model: nn.Module) -> int:
             return 1
         return 0
 
-    options: dict[str, object] = {"dynamo": args.exporter == "dynamo", "input_names": ["input"],
+    options: dict[str, Any] = {"dynamo": args.exporter == "dynamo", "input_names": ["input"],
                                   "output_names": ["output"]}
     if args.opset is not None:
         options["opset_version"] = args.opset

@@ -21,8 +21,9 @@ Every decision becomes a :class:`~fxpool.report.PoolRecord`; the check is in the
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import fx, nn
@@ -32,10 +33,10 @@ from .checking import SelfCheck, self_check
 from .copying import carry_hooks, install_graph, module_paths, structural_copy
 from .dynamic import DynamicAdaptiveAvgPool
 from .errors import SelfCheckError, UnconvertedPoolError, UnsupportedModelError
+from .example import Example, read_example
 from .globalstate import LOCK
 from .graph_pass import module_uses, pool_nodes, replace_nodes, trace, unpassed_none_defaults
 from .planning import choose_plan
-from .example import Example, read_example
 from .recording import PoolEvent, Recording, record_pool_calls
 from .replacements import ExactAdaptivePool
 from .report import REPORT_ATTRIBUTE, ConversionReport, PoolRecord

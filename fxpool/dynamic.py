@@ -20,7 +20,7 @@ def runtime_averaging_matrix(length: torch.Tensor | int, out_size: int, dtype: t
                              device: torch.device) -> torch.Tensor:
     """The (out_size x length) averaging matrix, built from ops that trace with a symbolic length."""
     rows = torch.arange(out_size, device=device).unsqueeze(1)  # i
-    cols = torch.arange(length, device=device).unsqueeze(0)  # j
+    cols = torch.arange(length, device=device).unsqueeze(0)  # type: ignore[arg-type]  # j; a SymInt under tracing
     member = ((cols + 1) * out_size > rows * length) & (cols * out_size < (rows + 1) * length)
     weights = member.to(dtype)
     return weights / weights.sum(dim=1, keepdim=True)

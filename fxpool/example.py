@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import inspect
 import random
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import torch
 from torch.utils._pytree import tree_leaves

@@ -22,9 +22,10 @@ import tempfile
 import threading
 import warnings
 from collections import Counter
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO
 
 import torch
 from torch import nn
@@ -33,8 +34,8 @@ from torch.utils._pytree import tree_leaves
 from .convert import convert, enforce_strict
 from .copying import structural_copy
 from .errors import ExportFailedError, ExportVerificationError, FxpoolError
-from .globalstate import LOCK
 from .example import Example, example_run, read_example
+from .globalstate import LOCK
 from .report import REPORT_ATTRIBUTE, ConversionReport, report_of
 from .symbolics import dynamo_translation_table, exporter_translations
 
@@ -385,5 +386,5 @@ def onnx_export_hook(*, strict: bool = False, dynamic: bool = False) -> Iterator
         with LOCK:
             _hooks_entered -= 1
             if _hooks_entered == 0:
-                if torch.onnx.export is _hooked_export:  # else someone patched over us: leave theirs
+                if torch.onnx.export is _hooked_export and _unpatched_export is not None:  # else: leave theirs
                     torch.onnx.export = _unpatched_export

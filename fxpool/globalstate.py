@@ -13,8 +13,9 @@ registry. Two conversions interleaving on these would restore each other's saved
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -44,13 +45,13 @@ def refusing_export_branches() -> Iterator[None]:
     with LOCK:
         original = torch.onnx.is_in_onnx_export
         stand_in = _make_stand_in(original)
-        torch.onnx.is_in_onnx_export = stand_in  # type: ignore[assignment]
+        torch.onnx.is_in_onnx_export = stand_in
         _refusing.depth = getattr(_refusing, "depth", 0) + 1
         try:
             yield
         finally:
             _refusing.depth -= 1
-            torch.onnx.is_in_onnx_export = original  # type: ignore[assignment]
+            torch.onnx.is_in_onnx_export = original
 
 
 def is_stand_in(value: Any) -> bool:

@@ -20,8 +20,8 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import torch
 from torch import fx, nn
@@ -71,10 +71,10 @@ def reads_training_flag(module: nn.Module) -> bool:
     branch of the mode at conversion; such a module is kept as a call instead, so it keeps
     following ``.train()``/``.eval()``, and is converted below.
     """
-    return _class_reads_training_flag(type(module))
+    return _class_reads_training_flag(type(module))  # type: ignore[arg-type]  # nn.Module's __hash__ typing
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _class_reads_training_flag(cls: type) -> bool:
     if cls.__module__.startswith(("torch.nn.", "fxpool.")) or cls is fx.GraphModule:
         return False  # torch.nn's modules read the flag at run time, below the traced graph

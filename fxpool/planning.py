@@ -33,9 +33,10 @@ Nothing here knows of torch, torch.fx or ONNX.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from math import prod
-from typing import Callable, Literal, Union
+from typing import Literal
 
 from .windows import uniform_stride, upsample_factor, window_lengths
 
@@ -148,7 +149,7 @@ class UpsampleStep:
     sizes: tuple[int | None, ...]
 
 
-Step = Union[PoolStep, ReduceStep, MatmulStep, KroneckerStep, WindowGatherStep, WindowScaleStep, UpsampleStep]
+Step = PoolStep | ReduceStep | MatmulStep | KroneckerStep | WindowGatherStep | WindowScaleStep | UpsampleStep
 
 
 @dataclass(frozen=True)
@@ -222,13 +223,13 @@ def _describe_step(step: Step, spatial_dims: int) -> str:
     return f"nearest upsample to {_fmt(step.sizes)}"
 
 
-def _fmt(values: tuple[int, ...]) -> str:
+def _fmt(values: tuple[int | None, ...]) -> str:
     return str(values[0]) if len(values) == 1 else str(values)
 
 
 # --- per-axis rules: each returns an AxisChoice, or a string saying why it does not apply ---
 
-AxisRule = Callable[[PoolFamily, int, int, bool], Union[AxisChoice, str]]
+AxisRule = Callable[[PoolFamily, int, int, bool], AxisChoice | str]
 
 
 def _identity_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool) -> AxisChoice | str:

@@ -112,7 +112,7 @@ def record_pool_calls(model: nn.Module, example: Example) -> Recording:
             in_pool_module.pop()
 
     class PoolCallRecorder(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+        def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             inside_pool_module = bool(in_pool_module) and in_pool_module[-1]
             try:

@@ -15,12 +15,12 @@ converted models can be traced again.
 from __future__ import annotations
 
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-
 from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
 from .errors import PoolCallError, SpatialSizeError
@@ -140,7 +140,7 @@ def keep_memory_format(source: torch.Tensor, result: torch.Tensor, spatial_dims:
     return result
 
 
-def _static_size(size: object) -> object:
+def _static_size(size: object) -> Any:
     """A size as a Python int where one is known; torch.jit.trace hands sizes out as 0-d tensors."""
     if isinstance(size, torch.Tensor):
         with warnings.catch_warnings():  # the int only feeds this check, never the traced graph
@@ -158,7 +158,7 @@ class ExactAdaptivePool(nn.Module):
         self.plan = plan
         self.where = where
         self.batched = batched  # the traced input had a batch axis (eager follows the input's rank)
-        expected = [None] * plan.spatial_dims
+        expected: list[int | None] = [None] * plan.spatial_dims
         for axis in plan.guarded_axes:
             expected[axis] = plan.in_sizes[axis]
         self.expected_sizes: tuple[int | None, ...] = tuple(expected)
@@ -182,7 +182,7 @@ class ExactAdaptivePool(nn.Module):
             return window_scales(step.in_size, step.out_size, step.span).to(dtype=dtype, device=device)
         return kronecker_matrix(step.in_sizes, step.out_sizes, dtype, device)
 
-    def _apply(self, fn, recurse: bool = True):  # type: ignore[override]
+    def _apply(self, fn, recurse: bool = True):
         # A dtype change would round the averaging weights, and to_empty() would leave them (and the
         # window indices) uninitialised: rebuild every constant exactly after any conversion.
         super()._apply(fn, recurse)

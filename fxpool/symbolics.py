@@ -14,8 +14,9 @@ Cast), so a graph exported with dynamic spatial axes is exact at every size.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 

@@ -24,8 +24,9 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -174,7 +175,7 @@ def convert_section(repeats: int = 3) -> list[dict[str, Any]]:
         model = build_torchvision(name)
         x = torch.randn(1, 3, 224, 224)
         with torch.no_grad():
-            times = side_by_side({"forward": lambda: model(x), "convert": lambda: fxpool.convert(model, x)},
+            times = side_by_side({"forward": lambda m=model: m(x), "convert": lambda m=model: fxpool.convert(m, x)},
                                  repeats, warmup=1, sample_s=0.0)
         converted = fxpool.convert(model, x)
         nodes = sum(len(graph.graph.nodes) for m in converted.modules() if (graph := graph_of(m)) is not None)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 
 def console() -> IO[str]:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import functools
 import importlib.util
 import inspect
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torchvision
@@ -158,7 +159,7 @@ def has_adaptive_pool(name: str) -> bool:
     return holds_a_pool(model)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _calls_a_pool(cls: type) -> bool:
     for klass in cls.__mro__:
         if klass.__module__.startswith("torch.nn") or klass is object:

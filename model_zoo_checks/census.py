@@ -4,14 +4,15 @@ The zoo's verdict "every pool found and converted" must not rest on fxpool's own
 found. This module runs a model under a ``TorchFunctionMode`` and counts every call of the public
 adaptive-pooling functions (which every ``nn.Adaptive*Pool`` module and ``nn.Upsample(mode="area")``
 reach) by the name of the function. Nested calls are not counted twice: the mode is off while the
-function it intercepted runs (interpolate's own adaptive_avg_pool2d is not seen). The table is written out here on purpose rather than taken
-from :mod:`fxpool.calls`.
+function it intercepted runs (interpolate's own adaptive_avg_pool2d is not seen). The table is
+written out here on purpose rather than taken from :mod:`fxpool.calls`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 STATUSES = ("pass", "fail", "skip")
 # The exportability columns: (label, Case attribute), stock original first.

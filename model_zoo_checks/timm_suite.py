@@ -12,7 +12,7 @@ gains or loses pools, so the table cannot fall behind the installed timm silentl
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn

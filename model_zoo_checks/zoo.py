@@ -4,7 +4,8 @@ Run ``python -m model_zoo_checks.zoo`` (the README's main command) for the defau
 torchvision models and a few timm and smp ones, those installed), ``--all`` for every model of the
 suites (``--suite torchvision|timm|smp|all``; see :mod:`model_zoo_checks.catalog`). Per (model,
 input shape) it records the adaptive pools the original calls, counted by
-:mod:`model_zoo_checks.census` independently of fxpool's report, the pools and their replacements, the eager error of the converted model (per dtype on ``--device cuda``), the stock
+:mod:`model_zoo_checks.census` independently of fxpool's report, the pools and their replacements,
+the eager error of the converted model (per dtype on ``--device cuda``), the stock
 TorchScript export of the original, both exports of the converted model with their onnxruntime
 error, onnxruntime latency against the dynamo export of the original, and a status. Results go to
 ``REPORT/report.json``, ``report.md`` and ``zoo.png``, rewritten after every case (the exporters'
@@ -24,9 +25,10 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch.utils._pytree import tree_leaves
@@ -39,7 +41,7 @@ from .benchmarks import onnx_case
 from .capture import captured, console
 from .catalog import KNOWN_LIMITATIONS, SUITES, build, default_names, input_shapes, installed, suite_of, swept_names
 from .census import pool_calls
-from .reporting import counts, markdown, summary, write_reports
+from .reporting import counts, summary, write_reports
 from .timing import side_by_side
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -198,12 +200,18 @@ def check(name: str, shape: tuple[int, ...], workdir: str, exporters: Sequence[s
             try:
                 result = fxpool.export(model, x, path, dynamo=True, verify=False)
             except Exception as error:
-                if not _torch_export_cannot_capture(error, original_error):
+                if _torch_export_cannot_capture(error, original_error):
+                    case.fxpool_dynamo = "fails: torch.export cannot capture the model (the original neither)"
+                    notes.append("torch.export cannot capture this model, the original no more than the converted "
+                                 "one; dynamo export not checked")
+                elif original_error is not None and exporter_reason(error) == exporter_reason(original_error):
+                    # The exporter stops at an op that is not a pool, in the original as in ours.
+                    case.fxpool_dynamo = f"fails: {exporter_reason(error)} (the original alike)"
+                    notes.append(f"the dynamo exporter fails on the original and the converted model alike "
+                                 f"({exporter_reason(error)}); dynamo export not checked")
+                else:
                     case.fxpool_dynamo = f"fails: {exporter_reason(error)}"
                     raise
-                case.fxpool_dynamo = "fails: torch.export cannot capture the model (the original neither)"
-                notes.append("torch.export cannot capture this model, the original no more than the converted one; "
-                             "dynamo export not checked")
             else:
                 case.fxpool_dynamo = "fails: not verified"
                 case.dynamo_ort_error = _verified(path, model, x, expected, graphs.get("original"), notes)
@@ -379,7 +387,7 @@ def _shard(text: str) -> tuple[int, int]:
     try:
         k, n = (int(part) for part in text.split("/"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--shard wants K/N like 1/2, got {text!r}")
+        raise argparse.ArgumentTypeError(f"--shard wants K/N like 1/2, got {text!r}") from None
     if not 1 <= k <= n:
         raise argparse.ArgumentTypeError(f"--shard K/N needs 1 <= K <= N, got {text!r}")
     return k, n

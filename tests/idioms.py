@@ -8,8 +8,8 @@ which the converted model must either agree with the original or raise an ``Fxpo
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F

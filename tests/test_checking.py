@@ -6,14 +6,13 @@ import random
 
 import pytest
 import torch
+from idioms import Optional
 from torch import nn
 
 import fxpool
 from fxpool import SelfCheckError, report_of
 from fxpool.checking import TOLERANCE, compare_outputs, self_check
 from fxpool.example import read_example
-
-from idioms import Optional
 
 
 def wrong_matrix(in_size: int, out_size: int, dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:

@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from models import EverySpelling, MaxAndIndices, PooledHead, ShapeBranch, SharedPool, UntraceableShared, WithDropout
 from torch import nn
 
 import fxpool
 from fxpool import ExampleInputError, PoolCallError, SpatialSizeError, UnconvertedPoolError, report_of
-
-from models import EverySpelling, MaxAndIndices, PooledHead, SharedPool, ShapeBranch, UntraceableShared, WithDropout
 
 F32 = dict(rtol=1e-6, atol=1e-6)
 

@@ -15,14 +15,13 @@ import torch
 import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from idioms import IDIOMS, Cat, DataBranch, ExportBranch, GlobalPool, Idiom, ScaledPool, conv
 from torch import nn
 from torch.utils._pytree import tree_leaves
 
 import fxpool
 from fxpool import FxpoolError, report_of
 from fxpool.copying import structural_copy
-
-from idioms import IDIOMS, Cat, DataBranch, ExportBranch, GlobalPool, Idiom, ScaledPool, conv
 
 # Converted against original in float32: both round every layer alike, only the pools differ.
 RTOL, ATOL = 1e-5, 1e-5
