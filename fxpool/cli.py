@@ -51,7 +51,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     zoo.add_argument("rest", nargs=argparse.REMAINDER)
 
     parser.add_argument("--debug", action="store_true", help="show the full traceback of fxpool's errors")
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["zoo"]:  # everything after it is the sweep's (REMAINDER drops leading options)
+        args = argparse.Namespace(command="zoo", rest=argv[1:])
+    else:
+        args = parser.parse_args(argv)
     if args.command == "zoo":
         try:
             from model_zoo_checks import zoo as zoo_module
