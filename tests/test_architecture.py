@@ -1,0 +1,77 @@
+"""The layering of ARCHITECTURE.md, enforced: each fxpool module imports only what its layer may."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "fxpool"
+FOUNDATIONS = {"errors", "copying", "globalstate", "loading"}
+ALLOWED: dict[str, set[str]] = {
+    "windows": set(),
+    "planning": {"windows"},
+    "errors": set(), "copying": set(), "globalstate": set(), "loading": {"errors"},
+    "calls": {"errors", "planning"},
+    "example": {"errors"},
+    "replacements": {"errors", "planning", "windows"},
+    "dynamic": {"errors", "planning", "windows", "replacements"},
+}
+ALLOWED["recording"] = ALLOWED["graph_pass"] = ALLOWED["checking"] = ALLOWED["report"] = (
+    set().union(*ALLOWED.values(), ALLOWED) | {"recording", "graph_pass", "checking", "report"})
+ALLOWED["convert"] = set(ALLOWED["recording"])
+ALLOWED["symbolics"] = ALLOWED["convert"] | {"convert"}
+ALLOWED["exporting"] = ALLOWED["symbolics"] | {"symbolics"}
+ALLOWED["cli"] = ALLOWED["__init__"] = ALLOWED["exporting"] | {"exporting", "cli", "__init__"}
+FORBIDDEN_THIRD_PARTY: dict[str, tuple[str, ...]] = {
+    "windows": ("torch",), "planning": ("torch",),
+    **{m: ("onnx", "onnxruntime", "onnxscript") for m in ("calls", "example", "replacements", "dynamic",
+                                                          "recording", "graph_pass", "checking", "report",
+                                                          "convert", "copying", "globalstate", "errors")},
+    "calls.fx": ("torch.fx",), "example.fx": ("torch.fx",),
+}
+
+
+def imports_of(module: str) -> tuple[set[str], set[str]]:
+    """(fxpool modules, other modules) that ``fxpool/<module>.py`` imports anywhere in its code."""
+    tree = ast.parse((PACKAGE / f"{module}.py").read_text())
+    ours, theirs = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            name = node.module or ""
+            if node.level or name == "fxpool" or name.startswith("fxpool."):
+                if name in ("", "fxpool"):
+                    ours.update(alias.name for alias in node.names)
+                else:
+                    ours.add(name.removeprefix("fxpool."))
+            else:
+                theirs.add(name)
+                theirs.update(f"{name}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                (ours.add("__init__") if alias.name == "fxpool" else theirs.add(alias.name))
+    return ours, theirs
+
+
+def test_every_module_has_a_layer() -> None:
+    assert {p.stem for p in PACKAGE.glob("*.py")} == set(ALLOWED)
+
+
+@pytest.mark.parametrize("module", sorted(ALLOWED))
+def test_imports_follow_the_layers(module: str) -> None:
+    ours, theirs = imports_of(module)
+    assert ours - {module} <= ALLOWED[module], f"{module} imports {sorted(ours - ALLOWED[module] - {module})}"
+    for key in (module, f"{module}.fx"):
+        for banned in FORBIDDEN_THIRD_PARTY.get(key, ()):
+            hits = {name for name in theirs if name == banned or name.startswith(banned + ".")}
+            if banned == "torch.fx":  # `from torch import fx` reads as torch.fx
+                hits |= {name for name in theirs if name == "torch.fx"}
+            assert not hits, f"{module} imports {sorted(hits)}"
+
+
+def test_the_package_never_imports_the_zoo_but_for_the_cli() -> None:
+    for path in PACKAGE.glob("*.py"):
+        _, theirs = imports_of(path.stem)
+        if any(name.startswith("model_zoo_checks") for name in theirs):
+            assert path.stem == "cli"
