@@ -457,3 +457,26 @@ for dynamo in (False, True):
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert run.stdout == "" and run.stderr == "", run.stdout + run.stderr
+
+
+class _ExportOnlyPool(nn.Module):
+    """A pool fxpool cannot trace (it branches on export), so the exporter translation lowers it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.onnx.is_in_onnx_export():
+            return F.adaptive_avg_pool2d(x, (7, 5))
+        return F.adaptive_avg_pool2d(x, (7, 5))
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_an_export_time_pool_in_bfloat16_exports_with_bfloat16_weights(dynamo: bool, tmp_path) -> None:
+    # numpy has no bfloat16: the dynamo translation had failed with "unsupported ScalarType BFloat16".
+    # onnxruntime's CPU MatMul has no bfloat16 kernel, so the graph is checked, not run.
+    path = tmp_path / "bf16.onnx"
+    x = torch.randn(1, 3, 10, 10, dtype=torch.bfloat16)
+    with fxpool.onnx_export_hook():
+        torch.onnx.export(_ExportOnlyPool().eval(), (x,), str(path), dynamo=dynamo)
+    model = onnx.load(str(path))
+    onnx.checker.check_model(model)
+    assert "MatMul" in {node.op_type for node in model.graph.node}
+    assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16
