@@ -251,7 +251,8 @@ def _reduce(x: torch.Tensor, step: ReduceStep, dims: int) -> torch.Tensor:
     axes = [a - dims for a in step.axes]
     if step.family == "avg":
         return x.mean(dim=axes, keepdim=True)
-    if torch.onnx.is_in_onnx_export() or not (torch.is_grad_enabled() and x.requires_grad):
+    needs_grad = not isinstance(x, torch.Tensor) or (torch.is_grad_enabled() and x.requires_grad)  # a Proxy: keep both
+    if torch.onnx.is_in_onnx_export() or not needs_grad:
         return torch.amax(x, dim=axes, keepdim=True)  # one ReduceMax; the values are the same
     # max(dim) sends the gradient to the first maximum (amax splits it among ties); last axis
     # first keeps PyTorch's row-major order.

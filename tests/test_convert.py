@@ -434,3 +434,18 @@ def test_a_plain_tensor_attribute_read_by_the_graph_keeps_working_and_keys_stay(
     again = fxpool.convert(converted, x)  # copies of the converted model read it too
     torch.testing.assert_close(again.double()(x.double()), model(x).double(), rtol=1e-6, atol=1e-6)
     assert not list(model.buffers())  # the user's module is unchanged
+
+
+def test_a_converted_max_mean_traces_again_and_keeps_pytorchs_tie_gradients() -> None:
+    # The one-ReduceMax form serves inference; under autograd and under a user's own torch.fx trace
+    # the two max(dim) steps stay (first maximum in row-major order, as PyTorch).
+    model, x = nn.Sequential(nn.AdaptiveMaxPool2d(1)), torch.zeros(1, 2, 3, 3)  # every entry ties
+    converted = fxpool.convert(model, x)
+    traced = torch.fx.symbolic_trace(converted)
+    for run in (converted, traced):
+        ours, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+        run(ours).sum().backward()
+        model(theirs).sum().backward()
+        assert torch.equal(ours.grad, theirs.grad)
+    with torch.no_grad():
+        assert torch.equal(traced(x), model(x))
