@@ -89,8 +89,8 @@ class _OnnxScriptOps:
         import onnx
 
         if value.dtype == torch.bfloat16:  # numpy has no bfloat16: float32 and a Cast, as eager casts its weight
-            return self.op.Cast(self.op.Constant(value=onnx.numpy_helper.from_array(value.float().numpy())),
-                                to=onnx.TensorProto.BFLOAT16)
+            single: Any = self.op.Constant(value=onnx.numpy_helper.from_array(value.float().numpy()))
+            return self.op.Cast(single, to=onnx.TensorProto.BFLOAT16)
         return self.op.Constant(value=onnx.numpy_helper.from_array(value.numpy()))
 
     def size(self, x: Any, axis: int) -> Any:
