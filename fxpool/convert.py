@@ -31,7 +31,7 @@ from torch import fx, nn
 from .calls import POOL_CLASS_NAMES, PoolCall, describe_module, normalize_output_size
 from .checking import SelfCheck, self_check
 from .copying import carry_hooks, install_graph, module_paths, structural_copy
-from .dynamic import DynamicAdaptiveAvgPool
+from .dynamic import DynamicAdaptiveAvgPool, DynamicAdaptiveMaxPool
 from .errors import SelfCheckError, UnconvertedPoolError, UnsupportedModelError
 from .example import Example, read_example
 from .globalstate import LOCK
@@ -360,8 +360,13 @@ class _Conversion:
             if why_not_dynamic:
                 self.records.append(_unconverted(event, location, why_not_dynamic, call))
                 return None
-            replacement: nn.Module = DynamicAdaptiveAvgPool(requested or out_sizes, where=location)
-            description = "dynamic matmul (windows from the runtime size)"
+            dynamic_sizes = requested or out_sizes
+            if call.family == "avg":
+                replacement: nn.Module = DynamicAdaptiveAvgPool(dynamic_sizes, where=location)
+                description = "dynamic matmul (windows from the runtime size)"
+            else:
+                replacement = DynamicAdaptiveMaxPool(dynamic_sizes, where=location)
+                description = "dynamic masked max (windows from the runtime size)"
             reason = "dynamic=True; at the traced size: " + pool_plan.reasons()
             agnostic = True
         else:
@@ -401,8 +406,6 @@ def _why_not(call: PoolCall, events: Sequence[PoolEvent]) -> str | None:
 
 
 def _why_not_dynamic(call: PoolCall) -> str | None:
-    if call.family != "avg":
-        return "dynamic=True covers the average family; this max pool depends on its input size"
     if call.output_size is None:
         return "dynamic=True: interpolate with scale_factor has a size-dependent output size"
     return None

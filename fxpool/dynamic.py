@@ -1,11 +1,20 @@
-"""Adaptive average pooling that builds its windows from the size it is given (``dynamic=True``).
+"""Adaptive pooling that builds its windows from the size it is given (``dynamic=True``).
 
-:class:`DynamicAdaptiveAvgPool` computes, per pooled axis of runtime length ``L`` and output ``o``,
-the averaging matrix from integer arithmetic alone — output ``i`` takes input ``j`` exactly when
-``(j + 1) * o > i * L`` and ``j * o < (i + 1) * L``, which is PyTorch's window
-``[floor(i*L/o), ceil((i+1)*L/o))`` without any division — then applies it by matmul. It exports
-to ONNX as Shape, Range, Mul, Add, Less/Greater, And, Cast, ReduceSum, Div and MatMul, so one
-graph serves every input size.
+Per pooled axis of runtime length ``L`` and output ``o``, output ``i`` takes input ``j`` exactly
+when ``(j + 1) * o > i * L`` and ``j * o < (i + 1) * L``: PyTorch's window
+``[floor(i*L/o), ceil((i+1)*L/o))`` from integer arithmetic alone, without any division.
+
+- :class:`DynamicAdaptiveAvgPool` turns that window mask into the averaging matrix and applies it
+  by matmul. It exports as Shape, Range, Mul, Add, Less/Greater, And, Cast, ReduceSum, Div and MatMul.
+- :class:`DynamicAdaptiveMaxPool` selects each window's entries with the mask (``Where``) and takes
+  their maximum, one axis at a time, last axis first (so a tie's gradient lands where PyTorch's
+  does, the first maximum in row-major order). It exports as Shape, Range, Mul, Add, Less/Greater,
+  And, Where and ReduceMax, with a Gather of each window's first entry in eager and under
+  ``torch.fx``: masked entries take that value rather than ``-inf``, so a window of ``-inf`` sends
+  its gradient to its first entry, as PyTorch does. The mask makes an ``o``-times larger
+  intermediate per axis, the price of one graph for every size.
+
+One graph serves every input size, with no Loop, If, GatherND or ScatterND.
 """
 
 from __future__ import annotations
@@ -15,15 +24,26 @@ from torch import nn
 
 from .replacements import check_input, keep_memory_format, matmul_along
 
+torch.fx.wrap("check_input")  # a leaf here too, so converted models trace again with torch.fx
+
+
+def runtime_window_mask(length: torch.Tensor | int, out_size: int, device: torch.device) -> torch.Tensor:
+    """(out_size x length) booleans: input ``j`` lies in window ``i``; ops that trace with a symbolic length."""
+    rows = torch.arange(out_size, device=device).unsqueeze(1)  # i
+    cols = torch.arange(length, device=device).unsqueeze(0)  # type: ignore[arg-type]  # j; a SymInt under tracing
+    return ((cols + 1) * out_size > rows * length) & (cols * out_size < (rows + 1) * length)
+
 
 def runtime_averaging_matrix(length: torch.Tensor | int, out_size: int, dtype: torch.dtype,
                              device: torch.device) -> torch.Tensor:
     """The (out_size x length) averaging matrix, built from ops that trace with a symbolic length."""
-    rows = torch.arange(out_size, device=device).unsqueeze(1)  # i
-    cols = torch.arange(length, device=device).unsqueeze(0)  # type: ignore[arg-type]  # j; a SymInt under tracing
-    member = ((cols + 1) * out_size > rows * length) & (cols * out_size < (rows + 1) * length)
-    weights = member.to(dtype)
+    weights = runtime_window_mask(length, out_size, device).to(dtype)
     return weights / weights.sum(dim=1, keepdim=True)
+
+
+def runtime_window_starts(length: torch.Tensor | int, out_size: int, device: torch.device) -> torch.Tensor:
+    """``floor(i * length / out_size)`` for every output ``i``, from a (possibly symbolic) length."""
+    return torch.div(torch.arange(out_size, device=device) * length, out_size, rounding_mode="floor")
 
 
 class DynamicAdaptiveAvgPool(nn.Module):
@@ -54,3 +74,40 @@ class DynamicAdaptiveAvgPool(nn.Module):
             weight = runtime_averaging_matrix(x.shape[dim], out_size, x.dtype, x.device)
             x = matmul_along(x, weight, dim)
         return keep_memory_format(source, x.to(dtype), dims)
+
+
+class DynamicAdaptiveMaxPool(nn.Module):
+    """Exact adaptive max pooling at any input size, with export-friendly ops."""
+
+    def __init__(self, out_sizes: tuple[int | None, ...], where: str = "adaptive pool") -> None:
+        super().__init__()
+        self.out_sizes = tuple(out_sizes)
+        self.where = where
+
+    @property
+    def fxpool_native_reference(self) -> tuple[str, tuple[int | None, ...]]:
+        """The family and output_size of the native pool this module stands for (for the self-check)."""
+        return "max", self.out_sizes
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.out_sizes}, windows from the runtime size"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = source = check_input(x, (None,) * len(self.out_sizes), self.where)
+        dims = len(self.out_sizes)
+        exporting = torch.onnx.is_in_onnx_export()
+        for axis in reversed(range(dims)):  # last axis first: PyTorch's row-major choice among ties
+            out_size = self.out_sizes[axis]
+            if out_size is None:
+                continue
+            last = x.dim() - 1
+            dim = last + 1 + axis - dims  # positive: TorchScript's export of movedim mistranslates negative axes
+            mask = runtime_window_mask(x.shape[dim], out_size, x.device)  # (o, L)
+            rows = x.movedim(dim, last).unsqueeze(-2)  # (..., 1, L)
+            if exporting:  # values only: -inf outside the window, one ReduceMax
+                x = torch.where(mask, rows, float("-inf")).amax(-1).movedim(last, dim)
+                continue
+            first = torch.index_select(x, dim, runtime_window_starts(x.shape[dim], out_size, x.device))
+            outside = first.movedim(dim, last).unsqueeze(-1)  # (..., o, 1): each window's first entry
+            x = torch.where(mask, rows, outside).max(-1).values.movedim(last, dim)
+        return keep_memory_format(source, x, dims)

@@ -40,6 +40,7 @@ from .windows import window_bounds
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 _AVG_POOLS = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
 _MAX_POOLS = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+_NATIVE_MAX = {1: F.adaptive_max_pool1d, 2: F.adaptive_max_pool2d, 3: F.adaptive_max_pool3d}
 
 
 def averaging_matrix(in_size: int, out_size: int, dtype: torch.dtype = torch.float64,
@@ -204,7 +205,24 @@ class ExactAdaptivePool(nn.Module):
         return f"{self.plan.family}: {sizes}; {self.plan.describe()}"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = source = check_input(x, self.expected_sizes, self.where)
+        x = check_input(x, self.expected_sizes, self.where)
+        eager = isinstance(x, torch.Tensor) and not _exporting()  # not a Proxy, nothing traces
+        if eager and self.runs_native_in_eager:
+            dims = self.plan.spatial_dims
+            sizes = [x.shape[i - dims] if a.follows_input else a.out_size for i, a in enumerate(self.plan.axes)]
+            return _NATIVE_MAX[dims](x, sizes)
+        return self._run(x, eager)
+
+    def traced_form(self, x: torch.Tensor) -> torch.Tensor:
+        """What exporters, ``torch.jit.trace``, ``torch.compile`` and ``torch.fx`` see, run in eager.
+
+        The self-check runs it beside ``forward`` where the two differ, so the form that is exported
+        is proven on the example too.
+        """
+        return self._run(check_input(x, self.expected_sizes, self.where), eager=False)
+
+    def _run(self, x: torch.Tensor, eager: bool) -> torch.Tensor:
+        source = x
         if not self.plan.steps:
             return x
         dims = self.plan.spatial_dims
@@ -214,7 +232,8 @@ class ExactAdaptivePool(nn.Module):
         upcast = not isinstance(dtype, torch.dtype) or dtype in _LOW_PRECISION  # a Proxy under torch.fx
         if upcast:
             x = x.to(torch.promote_types(dtype, torch.float32))
-        for index, step in enumerate(self.plan.steps):
+        for index in (self.plan.eager_order if eager else ()) or range(len(self.plan.steps)):
+            step = self.plan.steps[index]
             if isinstance(step, PoolStep):
                 pool = _AVG_POOLS[dims] if step.family == "avg" else _MAX_POOLS[dims]
                 x = pool(x, step.kernel, step.stride)
@@ -237,6 +256,17 @@ class ExactAdaptivePool(nn.Module):
                 raise AssertionError(f"unknown step {step!r}")
         return keep_memory_format(source, x.to(dtype) if upcast else x, dims)
 
+    @property
+    def runs_native_in_eager(self) -> bool:
+        """General max windows run PyTorch's own kernel in eager; tracers get the gather form.
+
+        Both are exact. The gather form copies the input once or twice before its MaxPool (2-4x
+        native forward+backward, see the README), and every exact form measured in eager — strided
+        window views, per-window argmax gathers — stayed 1.7-4x native with autograd, so eager keeps
+        the one kernel that is native speed by definition.
+        """
+        return self.plan.family == "max" and any(a.kind == "gather" for a in self.plan.axes)
+
     def _weight_for(self, index: int, x: torch.Tensor) -> torch.Tensor:
         """The step's matrix in ``x``'s dtype; float64 input gets an exact float64 matrix."""
         weight = getattr(self, f"weight_{index}")
@@ -245,6 +275,11 @@ class ExactAdaptivePool(nn.Module):
             assert isinstance(step, (MatmulStep, KroneckerStep, WindowScaleStep))
             return self._weight(step, torch.float64, x.device)
         return weight
+
+
+def _exporting() -> bool:
+    """An exporter or compiler is tracing: it gets the plan's steps in their order, no eager shortcut."""
+    return torch.onnx.is_in_onnx_export() or torch.jit.is_tracing() or torch.compiler.is_compiling()
 
 
 def _reduce(x: torch.Tensor, step: ReduceStep, dims: int) -> torch.Tensor:
@@ -281,7 +316,7 @@ def matmul_along(x: torch.Tensor, weight: torch.Tensor, dim: int) -> torch.Tenso
     weight = _cast_like(weight, x)
     if dim == -1:
         return F.linear(x.contiguous(), weight)
-    if dim == -2 and torch.onnx.is_in_onnx_export():
+    if dim == -2:
         return torch.matmul(weight, x)
     return F.linear(x.transpose(dim, -1).contiguous(), weight).transpose(dim, -1)
 

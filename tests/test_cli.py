@@ -12,7 +12,7 @@ import pytest
 from fxpool import cli
 from fxpool.exporting import op_histogram
 
-EXPORT_TESTS = Path(__file__).with_name("test_export.py")  # holds MaxHead, a model file for the CLI
+EXPORT_TESTS = Path(__file__).with_name("test_export.py")  # holds IndicesHead, a model file for the CLI
 
 
 def test_cli_export_and_inspect(tmp_path) -> None:
@@ -33,13 +33,13 @@ def test_cli_export_and_inspect(tmp_path) -> None:
 
 
 def test_cli_prints_the_report_and_exits_2_on_an_export_it_cannot_do(tmp_path) -> None:
-    run = subprocess.run([sys.executable, "-m", "fxpool.cli", "export", f"{EXPORT_TESTS}:MaxHead", "--input-shape",
+    run = subprocess.run([sys.executable, "-m", "fxpool.cli", "export", f"{EXPORT_TESTS}:IndicesHead", "--input-shape",
                           "1,3,10,10", "--dynamic-hw", "-o", str(tmp_path / "m.onnx")],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 2, run.stderr
-    assert "ExportFailedError" in run.stderr and "max pool depends on its input size" in run.stderr
+    assert "ExportFailedError" in run.stderr and "return_indices=True" in run.stderr
     assert "Traceback" not in run.stderr
-    debug = subprocess.run([sys.executable, "-m", "fxpool.cli", "--debug", "export", f"{EXPORT_TESTS}:MaxHead",
+    debug = subprocess.run([sys.executable, "-m", "fxpool.cli", "--debug", "export", f"{EXPORT_TESTS}:IndicesHead",
                             "--input-shape", "1,3,10,10", "--dynamic-hw", "-o", str(tmp_path / "m.onnx")],
                            capture_output=True, text=True, timeout=300)
     assert debug.returncode == 1 and "Traceback" in debug.stderr

@@ -118,6 +118,29 @@ def test_dynamic_size_mode_is_exact_at_every_size(dynamo: bool, tmp_path) -> Non
         torch.testing.assert_close(torch.from_numpy(out), model(x), rtol=1e-5, atol=1e-5)
 
 
+DYNAMIC_MAX_SIZES = [(4, 3), (10, 10), (13, 17), (31, 64), (7, 5), (100, 9), (1, 1)]
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_dynamic_size_mode_covers_max_pools_exactly_at_every_size(dynamo: bool, tmp_path) -> None:
+    model = nn.Sequential(nn.AdaptiveMaxPool2d((7, 5))).eval()  # alone, so the comparison can be bit for bit
+    path = tmp_path / "dynmax.onnx"
+    if dynamo:
+        options = {"dynamic_shapes": ({2: torch.export.Dim("h", min=1, max=512), 3: torch.export.Dim("w", min=1, max=512)},)}
+    else:
+        options = {"dynamic_axes": {"x": {2: "h", 3: "w"}}, "input_names": ["x"]}
+    result = fxpool.export(model, torch.randn(1, 3, 10, 10), path, dynamo=dynamo, dynamic=True, **options)
+    assert result.report.records[0].replacement.startswith("dynamic masked max")
+    # Where selects each window's entries from a mask built of Range and comparisons; no indexing by data
+    assert not {"GatherND", "Loop", "If", "ScatterND", "MaxPool"} & set(result.op_histogram), result.op_histogram
+    assert {"Where", "ReduceMax", "Range"} <= set(result.op_histogram), result.op_histogram
+    for h, w in DYNAMIC_MAX_SIZES:
+        x = torch.randn(1, 3, h, w)
+        x[0, 0, 0, 0] = float("inf")
+        (out,) = run_onnxruntime(str(path), (x,))
+        torch.testing.assert_close(torch.from_numpy(out), model(x), rtol=0, atol=0)
+
+
 def test_hook_exports_the_converted_model_and_restores_the_exporter(tmp_path) -> None:
     model = torchvision.models.alexnet(weights=None).eval()
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -399,14 +422,17 @@ def test_torch_export_with_dynamic_spatial_axes_on_a_specialised_model_raises_fx
         torch.export.export(converted, (torch.randn(1, 3, size, size),), dynamic_shapes=dims)
 
 
-class MaxHead(nn.Module):
+class IndicesHead(nn.Module):
+    """A pool fxpool leaves to PyTorch (its argmax indices are asked for) and no stock exporter takes
+    with dynamic spatial axes."""
+
     def __init__(self) -> None:
         super().__init__()
         self.conv = nn.Conv2d(3, 4, 1)
-        self.pool = nn.AdaptiveMaxPool2d(7)
+        self.pool = nn.AdaptiveMaxPool2d(7, return_indices=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.pool(self.conv(x))
+        return self.pool(self.conv(x))[0]
 
 
 @pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
@@ -414,8 +440,8 @@ def test_an_export_that_fails_on_a_pool_fxpool_left_says_so_with_the_report(dyna
     options = ({"dynamic_shapes": ({2: torch.export.Dim.AUTO, 3: torch.export.Dim.AUTO},)} if dynamo
                else {"dynamic_axes": {"x": {2: "h", 3: "w"}}, "input_names": ["x"]})
     with pytest.raises(fxpool.ExportFailedError, match=r"(?s)left 1 adaptive pool\(s\) to the stock exporter.*"
-                                                       r"pool .*left to PyTorch \(!\).*max pool depends on its input size"):
-        fxpool.export(MaxHead().eval(), torch.randn(1, 3, 10, 10), tmp_path / "m.onnx", dynamo=dynamo, dynamic=True,
+                                                       r"pool .*left to PyTorch \(!\).*return_indices=True"):
+        fxpool.export(IndicesHead().eval(), torch.randn(1, 3, 10, 10), tmp_path / "m.onnx", dynamo=dynamo, dynamic=True,
                       **options)
 
 

@@ -12,7 +12,7 @@ import itertools
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fxpool.errors import SpatialSizeError
@@ -28,6 +28,13 @@ TOLERANCE = {torch.float64: dict(rtol=1e-12, atol=1e-12), torch.float32: dict(rt
 # A gradient sums up to ~30 upstream terms per input (overlapping windows, upsampling), in another
 # order than PyTorch's kernel, so float32 gets 10x the forward tolerance.
 GRAD_TOLERANCE = {**TOLERANCE, torch.float32: dict(rtol=1e-5, atol=1e-5)}
+
+
+@pytest.fixture
+def max_form(monkeypatch) -> None:
+    """Run general max windows in their traced form (gather + MaxPool) in eager: eager itself runs
+    PyTorch's kernel there, which would make a comparison with PyTorch one that cannot fail."""
+    monkeypatch.setattr(ExactAdaptivePool, "runs_native_in_eager", property(lambda self: False))
 
 
 def assert_same_pool(family: str, x: torch.Tensor, out_sizes: tuple, with_grad: bool = True) -> None:
@@ -63,6 +70,7 @@ def assert_same_pool(family: str, x: torch.Tensor, out_sizes: tuple, with_grad: 
 
 @pytest.mark.parametrize("family", ["avg", "max"])
 @pytest.mark.parametrize("in_size", range(1, 17))
+@pytest.mark.usefixtures("max_form")
 def test_exhaustive_1d(family: str, in_size: int) -> None:
     """Every input length 1..16 against every output length 1..20, float64, with gradients."""
     for out_size in range(1, 21):
@@ -95,8 +103,9 @@ def pool_cases(draw):
     return family, dims, in_sizes, out_sizes, batch, channels, dtype, channels_last
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(pool_cases())
+@pytest.mark.usefixtures("max_form")
 def test_random_sizes_dtypes_layouts(case) -> None:
     family, dims, in_sizes, out_sizes, batch, channels, dtype, channels_last = case
     shape = ((batch,) if batch is not None else ()) + (channels,) + in_sizes
@@ -111,12 +120,14 @@ def test_random_sizes_dtypes_layouts(case) -> None:
     ((10, 10), (7, 7)), ((7, 7), (3, 3)), ((4, 5), (16, 20)), ((4, 5), (6, 6)), ((13, 17), (5, 7)),
     ((64, 64), (6, 6)), ((8, 14, 14), (4, 7, 7)), ((5, 9, 6), (3, 4, 6)), ((33,), (6,)),
 ])
+@pytest.mark.usefixtures("max_form")
 def test_named_shapes_in_every_dtype(family: str, in_sizes: tuple, out_sizes: tuple) -> None:
     for dtype in TOLERANCE:
         x = torch.randn(2, 3, *in_sizes, dtype=torch.float64).to(dtype)
         assert_same_pool(family, x, out_sizes, with_grad=dtype in (torch.float32, torch.float64))
 
 
+@pytest.mark.usefixtures("max_form")
 def test_max_propagates_nan_and_inf_like_pytorch() -> None:
     for in_size, out_size in [(10, 7), (7, 3), (4, 8), (4, 6), (9, 1)]:
         x = torch.randn(2, 3, in_size, dtype=torch.float64)
@@ -129,7 +140,7 @@ def test_max_propagates_nan_and_inf_like_pytorch() -> None:
 
 def _exact_max_gradients(x: torch.Tensor, out_sizes: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
     # Integer upstream gradients make every sum exact, so the comparison can be bit-for-bit.
-    native = {1: F.adaptive_max_pool1d, 2: F.adaptive_max_pool2d, 3: F.adaptive_max_pool3d}[len(out_sizes)]
+    native = NATIVE["max", len(out_sizes)]
     module = ExactAdaptivePool(choose_plan("max", tuple(x.shape[2:]), out_sizes))
     ours, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
     upstream = torch.randint(-8, 9, native(x, out_sizes).shape, generator=torch.Generator().manual_seed(1)).double()
@@ -140,6 +151,7 @@ def _exact_max_gradients(x: torch.Tensor, out_sizes: tuple[int, ...]) -> tuple[t
 
 
 @pytest.mark.parametrize("in_sizes", [(3, 4), (5, 4), (3, 9), (6, 7), (7, 10), (2, 3, 5)])
+@pytest.mark.usefixtures("max_form")
 def test_max_gradient_goes_to_the_first_of_tied_maxima_in_row_major_order(in_sizes: tuple) -> None:
     # Values in {0, 1} tie inside almost every window; PyTorch picks the first maximum in row-major
     # order, which per-axis maxima (column by column) would not. All zeros could not tell them apart.
@@ -150,6 +162,7 @@ def test_max_gradient_goes_to_the_first_of_tied_maxima_in_row_major_order(in_siz
         assert torch.equal(ours, theirs), (in_sizes, out_sizes)
 
 
+@pytest.mark.usefixtures("max_form")
 def test_max_gradient_at_nan_goes_where_pytorch_sends_it() -> None:
     x = torch.randn(1, 2, 7, 9, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     x[0, 0, 2, 3] = x[0, 0, 2, 5] = x[0, 1, 4, 4] = float("nan")
@@ -317,3 +330,17 @@ def test_the_long_axis_form_exports_with_portable_ops(dynamo: bool, tmp_path) ->
     assert {"Gather", "AveragePool", "Mul"} <= set(result.op_histogram), result.op_histogram
     assert not {"GatherND", "Where", "MatMul"} & set(result.op_histogram), result.op_histogram
     assert result.max_abs_error < 1e-5
+
+
+def test_general_max_windows_run_pytorchs_kernel_in_eager_and_the_gather_form_when_traced() -> None:
+    module = ExactAdaptivePool(choose_plan("max", (33, 33), (6, 6)))
+    assert module.runs_native_in_eager
+    x = torch.randn(2, 3, 33, 33)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as eager:
+        module(x)
+    assert "aten::adaptive_max_pool2d" in {e.name for e in eager.events()}
+    traced = torch.fx.symbolic_trace(module)
+    assert "index_select" in traced.code and "adaptive_max_pool" not in traced.code
+    torch.testing.assert_close(traced(x), F.adaptive_max_pool2d(x, 6), rtol=0, atol=0)
+    torch.testing.assert_close(module.traced_form(x), F.adaptive_max_pool2d(x, 6), rtol=0, atol=0)
+    assert not ExactAdaptivePool(choose_plan("max", (14, 14), (7, 7))).runs_native_in_eager  # a MaxPool already
