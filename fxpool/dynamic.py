@@ -67,12 +67,11 @@ class DynamicAdaptiveAvgPool(nn.Module):
         dtype = x.dtype
         x = x.to(torch.promote_types(dtype, torch.float32))
         dims = len(self.out_sizes)
-        for axis, out_size in enumerate(self.out_sizes):
-            if out_size is None:
-                continue
+        pooled = [axis for axis, out_size in enumerate(self.out_sizes) if out_size is not None]
+        for axis in pooled:
             dim = axis - dims
-            weight = runtime_averaging_matrix(x.shape[dim], out_size, x.dtype, x.device)
-            x = matmul_along(x, weight, dim)
+            weight = runtime_averaging_matrix(x.shape[dim], self.out_sizes[axis], x.dtype, x.device)
+            x = matmul_along(x, weight, dim, last_step=axis == pooled[-1])
         return keep_memory_format(source, x.to(dtype), dims)
 
 

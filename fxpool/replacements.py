@@ -89,6 +89,11 @@ def check_input(x: torch.Tensor, expected: tuple[int | None, ...], where: str) -
     at another size than the conversion's would compute wrong values. A spatial size left symbolic
     by ``torch.export`` (a dynamic axis) cannot be checked and is refused.
     """
+    if type(x) is torch.Tensor and not torch.jit.is_tracing() and x.is_floating_point():  # eager: the common case
+        spatial_sizes = x.shape[-len(expected):]
+        if len(spatial_sizes) == len(expected) and 0 not in spatial_sizes and all(
+                e is None or e == s for e, s in zip(expected, spatial_sizes)):
+            return x
     if isinstance(x, torch.Tensor) and not x.is_floating_point():
         raise PoolCallError(
             f"{_named(where)}: input has dtype {x.dtype}; adaptive pooling needs a real floating tensor, as the "
@@ -163,6 +168,8 @@ class ExactAdaptivePool(nn.Module):
         for axis in plan.guarded_axes:
             expected[axis] = plan.in_sizes[axis]
         self.expected_sizes: tuple[int | None, ...] = tuple(expected)
+        self._native_in_eager = plan.family == "max" and any(a.kind == "gather" for a in plan.axes)
+        self._step_order = tuple(range(len(plan.steps)))
         self._build_constants(weight_dtype, device)
 
     def _build_constants(self, dtype: torch.dtype, device: torch.device | str | None) -> None:
@@ -232,7 +239,8 @@ class ExactAdaptivePool(nn.Module):
         upcast = not isinstance(dtype, torch.dtype) or dtype in _LOW_PRECISION  # a Proxy under torch.fx
         if upcast:
             x = x.to(torch.promote_types(dtype, torch.float32))
-        for index in (self.plan.eager_order if eager else ()) or range(len(self.plan.steps)):
+        order = (self.plan.eager_order if eager else ()) or self._step_order
+        for index in order:
             step = self.plan.steps[index]
             if isinstance(step, PoolStep):
                 pool = _AVG_POOLS[dims] if step.family == "avg" else _MAX_POOLS[dims]
@@ -240,7 +248,8 @@ class ExactAdaptivePool(nn.Module):
             elif isinstance(step, ReduceStep):
                 x = _reduce(x, step, dims)
             elif isinstance(step, MatmulStep):
-                x = matmul_along(x, self._weight_for(index, x), step.axis - dims)
+                x = matmul_along(x, self._weight_for(index, x), step.axis - dims, last_step=index == order[-1],
+                                 exporting=not eager and torch.onnx.is_in_onnx_export())
             elif isinstance(step, KroneckerStep):
                 x = _kronecker(x, self._weight_for(index, x), step)
             elif isinstance(step, WindowGatherStep):
@@ -265,7 +274,7 @@ class ExactAdaptivePool(nn.Module):
         window views, per-window argmax gathers — stayed 1.7-4x native with autograd, so eager keeps
         the one kernel that is native speed by definition.
         """
-        return self.plan.family == "max" and any(a.kind == "gather" for a in self.plan.axes)
+        return self._native_in_eager
 
     def _weight_for(self, index: int, x: torch.Tensor) -> torch.Tensor:
         """The step's matrix in ``x``'s dtype; float64 input gets an exact float64 matrix."""
@@ -303,20 +312,26 @@ def _cast_like(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return weight
 
 
-def matmul_along(x: torch.Tensor, weight: torch.Tensor, dim: int) -> torch.Tensor:
+def matmul_along(x: torch.Tensor, weight: torch.Tensor, dim: int, last_step: bool = True,
+                 exporting: bool | None = None) -> torch.Tensor:
     """Average along ``dim`` (negative) by its (out x in) matrix.
 
-    In eager the axis is moved last and made contiguous, so that the product, forward and
-    backward, is one large GEMM over all leading axes. Left as a strided view, matmul falls back
-    to a batch of tiny GEMMs, and its backward to a per-matrix loop when the incoming gradient is
-    an expanded (stride 0) tensor, as after ``.sum()`` — measured 3-6x slower than native pooling.
-    Under ONNX export the axis -2 product stays one broadcast MatMul instead, which onnxruntime
-    runs 25-35% faster than Transpose, MatMul, Transpose (33->6 and 64->6, C=512).
+    Axis -1 is one F.linear. Axis -2 is one broadcast matmul ``weight @ x`` under ONNX export
+    (onnxruntime runs it 25-35% faster than Transpose, MatMul, Transpose; 33->6 and 64->6, C=512),
+    and in eager where ``x`` is contiguous and more steps follow: the batched GEMMs read the input in
+    place (64->6 then a W step: 0.97x native forward+backward against 1.19x). As the last step, or on
+    a channels-last input, the axis is moved last and made contiguous for one large F.linear instead:
+    the user's upstream gradient may be an expanded (stride 0) tensor, as after ``.sum()``, which
+    sends a batched matmul's backward into a per-matrix loop (33->(6, 33): 1.77x native against
+    0.76x), and a channels-last input would be copied by the batched form anyway (1.6x against 1.0x).
     """
     weight = _cast_like(weight, x)
     if dim == -1:
         return F.linear(x.contiguous(), weight)
-    if dim == -2:
+    if exporting is None:
+        exporting = torch.onnx.is_in_onnx_export()
+    if dim == -2 and (exporting or (not last_step and isinstance(x, torch.Tensor)
+                                                         and x.is_contiguous())):
         return torch.matmul(weight, x)
     return F.linear(x.transpose(dim, -1).contiguous(), weight).transpose(dim, -1)
 

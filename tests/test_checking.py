@@ -59,6 +59,25 @@ def test_a_wrong_replacement_is_undone_and_reported_with_numbers(monkeypatch: py
         fxpool.convert(model, x, strict=True)
 
 
+def test_the_form_exporters_see_is_checked_where_eager_runs_pytorchs_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    # General max windows run the native kernel in eager, which cannot disagree with itself; a bug
+    # in the gather form (the last window's indices off by one) must still be caught and undone.
+    import fxpool.replacements as replacements
+
+    real = replacements.window_gather_indices
+
+    def off_by_one(in_size: int, out_size: int, span: int, zero_padded: bool = False) -> torch.Tensor:
+        indices = real(in_size, out_size, span, zero_padded)
+        indices[-span:] = 0
+        return indices
+
+    monkeypatch.setattr(replacements, "window_gather_indices", off_by_one)
+    model = nn.Sequential(nn.Conv2d(3, 3, 1), nn.AdaptiveMaxPool2d(6))
+    report = report_of(fxpool.convert(model, torch.randn(1, 3, 33, 33)))
+    (undone,) = report.unconverted
+    assert undone.location == "1" and "self-check" in undone.reason
+
+
 def test_a_graph_whose_model_output_disagrees_is_converted_below() -> None:
     model = CallsWithoutMask()
     x = torch.randn(1, 3, 10, 10)
