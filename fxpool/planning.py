@@ -45,11 +45,12 @@ AxisKind = Literal["identity", "reduce", "pool", "upsample", "matrix", "gather"]
 
 # Kronecker rule, fitted to the eager CPU benchmark (``python -m model_zoo_checks.benchmarks --sections
 # kronecker``, C=512, square inputs 4..64 to outputs 3..17, Kronecker time over separable time,
-# forward and forward+backward): one (Ho*Wo x H*W) matmul wins everywhere up to 19,600 entries
-# (20->7: 0.45x/0.66x timing batches of calls, 0.86x/0.98x timing single calls) and is no faster
-# from 57,600 on (40->6 forward+backward: 1.02x batched, 1.42x single); between them (25->7,
-# 33->6) the two ways of timing disagree, so the limit stays at the safe end. When the pool grows
-# the plane, the forward loses earlier (6->17, 10,404 entries: 0.90x-1.25x), hence a lower limit.
+# forward and forward+backward). Against the separable form as eager runs it (H by one batched
+# matmul, then W) the limit is the crossover: one (Ho*Wo x H*W) matmul wins up to 19,600 entries
+# (20->7: 0.70x/0.94x; 22->6, 17,424: 0.72x/0.97x) and loses from 30,625 (25->7: 0.85x/1.21x,
+# 33->6: 1.14x/1.28x). When the pool grows the plane the forward lost earlier against the old
+# separable form (6->17, 10,404 entries: 0.90x-1.25x), hence a lower limit; against the new one it
+# wins there (0.46x/0.52x), left as it is until onnxruntime is measured on those graphs.
 # An average axis whose averaging matrix would hold more elements than this is pooled by gathering
 # its windows instead (memory and time linear in the length); fitted by the benchmarks' longaxis
 # section, see the README.
