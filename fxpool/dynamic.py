@@ -67,11 +67,11 @@ class DynamicAdaptiveAvgPool(nn.Module):
         dtype = x.dtype
         x = x.to(torch.promote_types(dtype, torch.float32))
         dims = len(self.out_sizes)
-        pooled = [axis for axis, out_size in enumerate(self.out_sizes) if out_size is not None]
-        for axis in pooled:
+        pooled = [(axis, out_size) for axis, out_size in enumerate(self.out_sizes) if out_size is not None]
+        for axis, out_size in pooled:
             dim = axis - dims
-            weight = runtime_averaging_matrix(x.shape[dim], self.out_sizes[axis], x.dtype, x.device)
-            x = matmul_along(x, weight, dim, last_step=axis == pooled[-1])
+            weight = runtime_averaging_matrix(x.shape[dim], out_size, x.dtype, x.device)
+            x = matmul_along(x, weight, dim, last_step=axis == pooled[-1][0])
         return keep_memory_format(source, x.to(dtype), dims)
 
 
