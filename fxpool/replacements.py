@@ -14,8 +14,10 @@ converted models can be traced again.
 
 from __future__ import annotations
 
+import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -286,9 +288,26 @@ class ExactAdaptivePool(nn.Module):
         return weight
 
 
+_TRACED_FORMS = threading.local()
+
+
+@contextmanager
+def traced_forms() -> Iterator[None]:
+    """Within the block (this thread), replacements run in eager what tracers see: the plan's steps
+    in order, the gather form for general max windows instead of PyTorch's kernel. For a census of
+    the ops a converted model runs (the zoo's), or to time the exported form in eager."""
+    saved = getattr(_TRACED_FORMS, "on", False)
+    _TRACED_FORMS.on = True
+    try:
+        yield
+    finally:
+        _TRACED_FORMS.on = saved
+
+
 def _exporting() -> bool:
     """An exporter or compiler is tracing: it gets the plan's steps in their order, no eager shortcut."""
-    return torch.onnx.is_in_onnx_export() or torch.jit.is_tracing() or torch.compiler.is_compiling()
+    return (getattr(_TRACED_FORMS, "on", False) or torch.onnx.is_in_onnx_export() or torch.jit.is_tracing()
+            or torch.compiler.is_compiling())
 
 
 def _reduce(x: torch.Tensor, step: ReduceStep, dims: int) -> torch.Tensor:
