@@ -134,7 +134,8 @@ def _executorch(model: nn.Module, x: torch.Tensor, workdir: Path) -> tuple[torch
     for node in lowered.exported_program().graph.nodes:
         if node.op == "call_function" and "getitem" not in str(node.target):
             ops[getattr(node.target, "__name__", str(node.target)).split(".")[0]] += 1
-    delegated = f"{ops['executorch_call_delegate']} delegate call(s), {sum(ops.values()) - ops['executorch_call_delegate']} op(s) outside XNNPACK"
+    calls = ops["executorch_call_delegate"]
+    delegated = f"{calls} delegate call(s), {sum(ops.values()) - calls} op(s) outside XNNPACK"
     program = lowered.to_executorch()
     (workdir / "model.pte").write_bytes(program.buffer)
     method = Runtime.get().load_program(program.buffer).load_method("forward")
