@@ -29,6 +29,7 @@ from torch import nn
 from torch.utils._pytree import tree_flatten
 
 from .copying import structural_copy
+from .errors import error_summary
 from .example import Example, example_run
 
 # Largest |converted - original| allowed, relative to the compared tensor's largest magnitude
@@ -111,7 +112,7 @@ def self_check(converted: nn.Module, example: Example, reference: Any) -> SelfCh
             except Exception as raised:  # the converted model failing where the original ran
                 return SelfCheck("failed", "the converted model on the example input",
                                  replacements=tuple(checks),
-                                 mismatch=f"it raised {type(raised).__name__}: {_first_line(raised)}")
+                                 mismatch=f"it raised {error_summary(raised)}")
     mismatch, error, bound = compare_outputs(output, reference)
     status: CheckStatus = "failed" if mismatch or any(not c.passed for c in checks) else "passed"
     return SelfCheck(status, "the converted model on the example input against the original's output",
@@ -192,7 +193,3 @@ def _plain_equal(a: Any, b: Any) -> bool:
     except Exception:  # objects whose == raises or is ambiguous
         return a is b
 
-
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else ""

@@ -32,7 +32,7 @@ from .calls import POOL_CLASS_NAMES, PoolCall, describe_module, normalize_output
 from .checking import SelfCheck, self_check
 from .copying import carry_hooks, install_graph, module_paths, structural_copy
 from .dynamic import DynamicAdaptiveAvgPool, DynamicAdaptiveMaxPool
-from .errors import SelfCheckError, UnconvertedPoolError, UnsupportedModelError
+from .errors import SelfCheckError, UnconvertedPoolError, UnsupportedModelError, error_summary
 from .example import Example, read_example
 from .globalstate import LOCK
 from .graph_pass import module_uses, pool_nodes, replace_nodes, trace, unpassed_none_defaults
@@ -250,7 +250,7 @@ class _Conversion:
         try:
             traced = trace(module, self.root_unpassed if not name else None)
         except Exception as error:  # torch.fx's trace errors have no common base class
-            return self._descend(module, name, _first_line(error), events)
+            return self._descend(module, name, error_summary(error), events)
         return self._graph(module, traced.graph_module, traced.opaque_leaves, name, events)
 
     def _graph(self, module: nn.Module, gm: fx.GraphModule, opaque: tuple[str, ...], name: str,
@@ -444,7 +444,3 @@ def _mismatch(nodes: list, runs: list[list[PoolEvent]]) -> str | None:
 def _join(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix else name
 
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}".strip()

@@ -41,3 +41,9 @@ class SpecialisedArgumentError(FxpoolError, ValueError):
 
 class ExportFailedError(FxpoolError, RuntimeError):
     """``torch.onnx.export`` failed on a converted model; the message holds the conversion report."""
+
+
+def error_summary(error: BaseException) -> str:
+    """``TypeName: first line of the message``, for reports and error texts."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}".strip()

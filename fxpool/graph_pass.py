@@ -31,8 +31,6 @@ from .copying import graph_of, has_hooks
 from .errors import SpecialisedArgumentError
 from .globalstate import LOCK, refusing_export_branches
 
-NODE_POOL_CALL = "fxpool_pool_call"  # node.meta key: the PoolCall of a pool node
-
 
 class PoolLeafTracer(fx.Tracer):
     """An fx tracer that keeps pools, hooked, scripted and mode-dependent modules as single nodes.
@@ -193,7 +191,7 @@ def unpassed_none_defaults(module: nn.Module, args: tuple[object, ...],
 
 
 def pool_nodes(gm: fx.GraphModule) -> list[PoolNode]:
-    """Adaptive pool nodes of the graph in execution order, each tagged in ``node.meta``."""
+    """Adaptive pool nodes of the graph in execution order, with what each calls."""
     found = []
     for node in gm.graph.nodes:
         call = None
@@ -203,7 +201,6 @@ def pool_nodes(gm: fx.GraphModule) -> list[PoolNode]:
             described = describe_function(node.target, node.args, node.kwargs)
             call = None if described is None else described[0]
         if call is not None:
-            node.meta[NODE_POOL_CALL] = call
             found.append(PoolNode(node, call))
     return found
 

@@ -1,0 +1,50 @@
+"""fxpool's conversions on deployment runtimes (model_zoo_checks/runtimes.py), each skipped when absent.
+
+ExecuTorch, LiteRT and Core ML install with ``make runtimes`` (a venv of their own over .venv, which
+also runs this file); OpenVINO comes with the ``crosscheck`` extra; TensorRT needs CUDA. Tolerance:
+1e-4 of the output's largest magnitude (at least 1), max pooling alone bit for bit. Core ML is
+converted only: its prediction needs macOS.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from model_zoo_checks import runtimes
+
+# one model per replacement kind, the pyramid, and a real network
+MODELS = ["kron 10->7", "separable 33->6", "uniform 7->3", "upsample 4x5->16x20", "mean 9->1",
+          "max gathered 10->7", "max 9->1", "psp pyramid 40", "alexnet@160"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("runtime", list(runtimes.RUNTIMES))
+def test_fxpools_conversion_converts_and_runs_exactly(runtime: str, model: str, tmp_path) -> None:
+    why_not = runtimes.available(runtime)
+    if why_not:
+        pytest.skip(f"{runtime}: {why_not}")
+    row = runtimes.check(runtime, model, tmp_path / "case.log")
+    ours = row.fxpool
+    assert ours.converted, ours.reason
+    if runtime == "coreml":
+        assert ours.ran is None and ours.ops
+        return
+    assert ours.ran and ours.exact, (ours.max_error, ours.bound)
+    # the adaptive pool itself is gone from every program fxpool hands over
+    assert not any("adaptive" in op for op in ours.ops), ours.ops
+    if runtime == "executorch" and not model.startswith("max"):
+        assert ours.delegated and ours.delegated.endswith(" 0 op(s) outside XNNPACK"), ours.delegated
+
+
+def test_a_run_is_exact_only_within_its_bound() -> None:
+    assert runtimes.RuntimeRun(True, True, max_error=1e-5, bound=1e-4).exact
+    assert runtimes.RuntimeRun(True, True, max_error=1e-3, bound=1e-4).exact is False
+    assert runtimes.RuntimeRun(True, None, reason="prediction needs macOS").exact is None
+    off = runtimes.Row("r", "m", runtimes.RuntimeRun(False, False, reason="E: no"),
+                       runtimes.RuntimeRun(True, True, 1e-3, 1e-4, {"GATHER_ND": 2, "ADD": 1}))
+    table = runtimes.markdown([off])
+    assert "does not convert: E: no" in table and "(OFF)" in table and "3 ops (GATHER_ND x2)" in table
+
+
+def test_an_absent_runtime_is_said_so() -> None:
+    assert runtimes.available("tensorrt") is not None  # no TensorRT on the CPU machines
