@@ -337,6 +337,7 @@ class _Conversion:
                     reason="inside a TorchScript (torch.jit.script) submodule, which fxpool can neither see into "
                            "nor rewrite; script it after converting instead",
                     export_translated=sub.original_name.startswith("AdaptiveAvg"),
+                    family="avg" if sub.original_name.startswith("AdaptiveAvg") else "max",
                 ))
 
     def _decide(self, call: PoolCall, events: Sequence[PoolEvent], location: str) -> nn.Module | None:
@@ -380,7 +381,8 @@ class _Conversion:
             location=location, form=call.form, op=call.op, input_shape=event.input_shape,
             output_size=call.requested if call.output_size is not None else str(out_sizes),
             output_shape=event.output_shape, converted=True, replacement=description, reason=reason,
-            size_agnostic=agnostic, source=event.source,
+            size_agnostic=agnostic, source=event.source, family=call.family,
+            kind="dynamic" if self.dynamic and not pool_plan.size_agnostic else pool_plan.kind,
         ))
         return replacement
 
@@ -419,6 +421,7 @@ def _unconverted(event: PoolEvent | None, location: str, reason: str, call: Pool
         output_size=call.requested, output_shape=None if event is None else event.output_shape, converted=False,
         replacement="left to PyTorch", reason=reason, source=None if event is None else event.source,
         export_translated=call.family == "avg" and not (event is not None and event.quantized),
+        family=call.family,
     )
 
 

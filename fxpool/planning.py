@@ -191,6 +191,11 @@ class PoolPlan:
         """True where the replacement is exact at every input size, so it needs no size guard."""
         return not self.guarded_axes
 
+    @property
+    def kind(self) -> str:
+        """The name of the first step's op (``identity`` for none), as reports count replacements."""
+        return _step_kind(self.steps[0], self.spatial_dims) if self.steps else "identity"
+
     def describe(self) -> str:
         """A one-line human summary of the steps, e.g. ``AvgPool2d(k=(3, 3), s=(2, 2))``."""
         if not self.steps:
@@ -201,6 +206,16 @@ class PoolPlan:
         """Why each axis got its kind, one clause per axis."""
         names = axis_names(self.spatial_dims)
         return "; ".join(f"{name} {axis.reason}" for name, axis in zip(names, self.axes))
+
+
+def _step_kind(step: Step, spatial_dims: int) -> str:
+    if isinstance(step, PoolStep):
+        return f"{'AvgPool' if step.family == 'avg' else 'MaxPool'}{spatial_dims}d"
+    if isinstance(step, ReduceStep):
+        return "mean" if step.family == "avg" else "amax"
+    kinds: dict[type, str] = {MatmulStep: "matmul", KroneckerStep: "kron-matmul", WindowGatherStep: "gather",
+                              WindowScaleStep: "scale", UpsampleStep: "nearest"}
+    return kinds[type(step)]
 
 
 def _describe_step(step: Step, spatial_dims: int) -> str:

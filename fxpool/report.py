@@ -34,6 +34,8 @@ class PoolRecord:
     # Left to PyTorch but an average pool on float input: fxpool.export and onnx_export_hook lower
     # it exactly at export time (fxpool.symbolics), so only eager PyTorch still runs the native op.
     export_translated: bool = False
+    family: str = ""  # "avg" or "max" ("" where the pool was never seen)
+    kind: str = ""  # what report.counts() counts: the first op of the replacement (PoolPlan.kind), or "dynamic"
 
     @property
     def exports_exactly(self) -> bool:
@@ -64,10 +66,10 @@ class ConversionReport:
         return tuple(r for r in self.records if not r.exports_exactly)
 
     def counts(self) -> dict[str, int]:
-        """How many pools got each replacement kind (first word of the replacement)."""
+        """How many pools got each replacement kind (``PoolRecord.kind``; ``unconverted`` for the rest)."""
         counts: dict[str, int] = {}
         for record in self.records:
-            key = record.replacement.split("(")[0].split(" ")[0] if record.converted else "unconverted"
+            key = record.kind if record.converted else "unconverted"
             counts[key] = counts.get(key, 0) + 1
         return counts
 

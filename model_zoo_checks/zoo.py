@@ -284,10 +284,10 @@ def pool_speeds(report: fxpool.ConversionReport, workdir: str) -> list[dict[str,
     """onnxruntime time of each distinct non-trivial pool alone: fxpool's graph and the stock dynamo graph."""
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for record in report.converted:
-        kind = record.replacement.split("(")[0].split(" ")[0]
+        kind = record.kind
         if kind in TRIVIAL_REPLACEMENTS or record.input_shape is None or record.output_shape is None:
             continue
-        family = "max" if "Max" in record.op or "max" in record.op else "avg"
+        family = record.family
         dims = len(record.input_shape) - 2
         output = tuple(record.output_shape[-dims:])
         key = (family, record.input_shape, output)
