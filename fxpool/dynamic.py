@@ -46,8 +46,10 @@ def runtime_window_starts(length: torch.Tensor | int, out_size: int, device: tor
     return torch.div(torch.arange(out_size, device=device) * length, out_size, rounding_mode="floor")
 
 
-class DynamicAdaptiveAvgPool(nn.Module):
-    """Exact adaptive average pooling at any input size, with export-friendly ops."""
+class _DynamicPool(nn.Module):
+    """What both dynamic pools share: their output size, their name in errors, their native reference."""
+
+    family = ""
 
     def __init__(self, out_sizes: tuple[int | None, ...], where: str = "adaptive pool") -> None:
         super().__init__()
@@ -57,10 +59,16 @@ class DynamicAdaptiveAvgPool(nn.Module):
     @property
     def fxpool_native_reference(self) -> tuple[str, tuple[int | None, ...]]:
         """The family and output_size of the native pool this module stands for (for the self-check)."""
-        return "avg", self.out_sizes
+        return self.family, self.out_sizes
 
     def extra_repr(self) -> str:
         return f"output_size={self.out_sizes}, windows from the runtime size"
+
+
+class DynamicAdaptiveAvgPool(_DynamicPool):
+    """Exact adaptive average pooling at any input size, with export-friendly ops."""
+
+    family = "avg"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = source = check_input(x, (None,) * len(self.out_sizes), self.where)
@@ -75,21 +83,10 @@ class DynamicAdaptiveAvgPool(nn.Module):
         return keep_memory_format(source, x.to(dtype), dims)
 
 
-class DynamicAdaptiveMaxPool(nn.Module):
+class DynamicAdaptiveMaxPool(_DynamicPool):
     """Exact adaptive max pooling at any input size, with export-friendly ops."""
 
-    def __init__(self, out_sizes: tuple[int | None, ...], where: str = "adaptive pool") -> None:
-        super().__init__()
-        self.out_sizes = tuple(out_sizes)
-        self.where = where
-
-    @property
-    def fxpool_native_reference(self) -> tuple[str, tuple[int | None, ...]]:
-        """The family and output_size of the native pool this module stands for (for the self-check)."""
-        return "max", self.out_sizes
-
-    def extra_repr(self) -> str:
-        return f"output_size={self.out_sizes}, windows from the runtime size"
+    family = "max"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = source = check_input(x, (None,) * len(self.out_sizes), self.where)
