@@ -34,7 +34,7 @@ Nothing here knows of torch, torch.fx or ONNX.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 from typing import Literal
 
@@ -76,6 +76,7 @@ class AxisChoice:
     stride: int = 1
     factor: int = 1
     follows_input: bool = False
+    rejected: tuple[str, ...] = ()  # why each rule before this one did not apply ("pool: ...")
 
 
 @dataclass(frozen=True)
@@ -300,13 +301,15 @@ AXIS_RULES: tuple[AxisRule, ...] = (_identity_rule, _reduce_rule, _pool_rule, _u
 
 
 def choose_axis(family: PoolFamily, in_size: int, out_size: int, follows_input: bool = False) -> AxisChoice:
-    """The first rule of ``AXIS_RULES`` that applies to this axis."""
+    """The first rule of ``AXIS_RULES`` that applies to this axis, with why the earlier ones did not."""
     if in_size < 1 or out_size < 1:
         raise ValueError(f"adaptive pooling needs sizes >= 1, got {in_size} -> {out_size}")
+    rejected: list[str] = []
     for rule in AXIS_RULES:
         choice = rule(family, in_size, out_size, follows_input)
         if isinstance(choice, AxisChoice):
-            return choice
+            return replace(choice, rejected=tuple(rejected))
+        rejected.append(f"{rule.__name__.strip('_').removesuffix('_rule')}: {choice}")
     raise AssertionError("the general rule always applies")
 
 

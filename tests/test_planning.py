@@ -99,3 +99,11 @@ def test_bad_sizes_are_refused() -> None:
     with pytest.raises(ValueError, match="follows_input"):
         choose_plan("avg", (3, 3), (2, 2), (True,))
     assert planning.axis_names(3) == ("D", "H", "W")
+
+
+def test_an_axis_keeps_why_the_earlier_rules_did_not_apply() -> None:
+    assert choose_axis("avg", 10, 7).rejected == (
+        "identity: output differs from input", "reduce: output is not 1",
+        "pool: windows of lengths (2, 3) or uneven starts", "upsample: output is not an integer multiple of the input")
+    assert choose_axis("avg", 7, 7).rejected == ()
+    assert [r.split(":")[0] for r in choose_axis("max", 7, 3).rejected] == ["identity", "reduce"]

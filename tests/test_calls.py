@@ -1,0 +1,58 @@
+"""fxpool.calls through convert: every max-family spelling is found, converted where only values are
+used, left (with the reason) where PyTorch's indices are returned; the converted model equal to the
+original bit for bit, at the example size and at a second one (equal, or fxpool's size error)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import fxpool
+
+
+class Calls(nn.Module):
+    def __init__(self, pool) -> None:
+        super().__init__()
+        self.pool = pool
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pooled = self.pool(x)
+        return pooled[0] if isinstance(pooled, tuple) else pooled
+
+
+# name: (the call, input shape, converted, recorded op)
+SPELLINGS = {
+    "F.adaptive_max_pool1d": (lambda x: F.adaptive_max_pool1d(x, 4), (2, 3, 10), True, "F.adaptive_max_pool1d"),
+    "F.adaptive_max_pool2d": (lambda x: F.adaptive_max_pool2d(x, (4, 3)), (2, 3, 10, 7), True, "F.adaptive_max_pool2d"),
+    "F.adaptive_max_pool3d": (lambda x: F.adaptive_max_pool3d(x, 3), (2, 3, 5, 7, 4), True, "F.adaptive_max_pool3d"),
+    "keywords": (lambda x: F.adaptive_max_pool2d(input=x, output_size=4), (2, 3, 10, 7), True, "F.adaptive_max_pool2d"),
+    "None entry": (lambda x: F.adaptive_max_pool2d(x, (None, 3)), (2, 3, 10, 7), True, "F.adaptive_max_pool2d"),
+    "return_indices=True": (lambda x: F.adaptive_max_pool2d(x, 4, return_indices=True), (2, 3, 10, 7), False,
+                            "F.adaptive_max_pool2d_with_indices"),
+    "F.*_with_indices": (lambda x: F.adaptive_max_pool2d_with_indices(x, 4), (2, 3, 10, 7), False,
+                         "F.adaptive_max_pool2d_with_indices"),
+    "torch.adaptive_max_pool1d": (lambda x: torch.adaptive_max_pool1d(x, 4), (2, 3, 10), False, "torch.adaptive_max_pool1d"),
+    "torch._C._nn.adaptive_max_pool2d": (lambda x: torch._C._nn.adaptive_max_pool2d(x, (4, 4)), (2, 3, 10, 7), False,
+                                         "torch._C._nn.adaptive_max_pool2d"),
+    "nn.AdaptiveMaxPool2d": (nn.AdaptiveMaxPool2d(4), (2, 3, 10, 7), True, "nn.AdaptiveMaxPool2d"),
+}
+
+
+@pytest.mark.parametrize("spelling", list(SPELLINGS))
+def test_every_max_spelling_goes_through_convert(spelling: str) -> None:
+    call, shape, converted, op = SPELLINGS[spelling]
+    model = Calls(call)
+    x = torch.randn(shape)
+    result = fxpool.convert(model, x)
+    (record,) = fxpool.report_of(result).records
+    assert (record.converted, record.op, record.family) == (converted, op, "max")
+    if not converted:
+        assert "return_indices=True" in record.reason
+    torch.testing.assert_close(result(x), model(x), rtol=0, atol=0)
+    other = torch.randn(*shape[:-1], shape[-1] + 3)
+    try:
+        torch.testing.assert_close(result(other), model(other), rtol=0, atol=0)
+    except fxpool.SpatialSizeError:
+        assert record.converted and not record.size_agnostic

@@ -1,0 +1,61 @@
+"""fxpool.report: the records of a conversion, what they count, and how they print."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+import fxpool
+from fxpool import report_of
+
+
+class Mixed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.kron = nn.AdaptiveAvgPool2d(7)
+        self.mean = nn.AdaptiveAvgPool2d(1)
+        self.uniform = nn.AdaptiveAvgPool2d(5)
+        self.indices = nn.AdaptiveMaxPool2d(4, return_indices=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.kron(x).sum() + self.mean(x).sum() + self.uniform(x).sum() + self.indices(x)[0].sum()
+
+
+@pytest.fixture(scope="module")
+def report() -> fxpool.ConversionReport:
+    return report_of(fxpool.convert(Mixed(), torch.randn(1, 2, 10, 10)))
+
+
+def test_counts_by_kind_and_unconverted(report) -> None:
+    assert report.counts() == {"kron-matmul": 1, "mean": 1, "AvgPool2d": 1, "unconverted": 1}
+    assert [r.location for r in report.converted] == ["kron", "mean", "uniform"]
+    assert [r.location for r in report.unconverted] == ["indices"]
+    assert [r.family for r in report.records] == ["avg", "avg", "avg", "max"]
+
+
+def test_the_unexportable_are_the_unconverted_max_pools(report) -> None:
+    # left average pools are lowered exactly at export time; a left max pool is not
+    assert [r.location for r in report.unexportable] == ["indices"]
+
+
+def test_table_and_summary_name_every_pool_and_why(report) -> None:
+    table = report.table()
+    for text in ("kron", "kron-matmul HW 10x10->7x7", "mean(H,W)", "AvgPool2d(k=(2, 2), s=(2, 2))",
+                 "left to PyTorch", "return_indices=True", "1x2x10x10"):
+        assert text in table, text
+    assert "4 adaptive pool(s): 3 converted, 1 left to PyTorch" in report.summary()
+    assert str(report).startswith(report.summary())
+
+
+def test_to_dict_is_json_with_every_record(report) -> None:
+    data = json.loads(json.dumps(report.to_dict()))
+    assert [r["kind"] for r in data["records"]] == ["kron-matmul", "mean", "AvgPool2d", ""]
+    assert data["traced"] == [""] and data["check"]["status"] == "passed"
+
+
+def test_report_of_a_module_fxpool_did_not_make_says_so() -> None:
+    with pytest.raises((TypeError, ValueError), match="convert"):
+        report_of(nn.Linear(2, 2))
