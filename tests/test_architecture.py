@@ -75,3 +75,12 @@ def test_the_package_never_imports_the_zoo_but_for_the_cli() -> None:
         _, theirs = imports_of(path.stem)
         if any(name.startswith("model_zoo_checks") for name in theirs):
             assert path.stem == "cli"
+
+
+TEST_FILE_OF = {"example": "test_example_inputs", "exporting": "test_export"}  # the rest: test_<module>
+
+
+def test_every_module_has_its_test_file() -> None:
+    tests = {p.stem for p in Path(__file__).parent.glob("test_*.py")}
+    missing = [m for m in ALLOWED if m != "__init__" and TEST_FILE_OF.get(m, f"test_{m}") not in tests]
+    assert not missing, missing

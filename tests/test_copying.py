@@ -1,0 +1,61 @@
+"""fxpool.copying: module-tree copies over shared tensors, installed graphs, paths and hooks."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from fxpool.copying import carry_hooks, graph_of, has_hooks, install_graph, module_paths, structural_copy
+
+
+def _model() -> nn.Sequential:
+    shared = nn.Linear(3, 3)
+    return nn.Sequential(nn.Conv2d(3, 3, 1), nn.BatchNorm2d(3), nn.Sequential(shared, shared))
+
+
+def test_structural_copy_shares_parameters_and_copies_module_objects() -> None:
+    model = _model()
+    copied = structural_copy(model)
+    assert copied is not model and copied[0] is not model[0]
+    assert copied[0].weight is model[0].weight and copied[1].running_mean is model[1].running_mean
+    assert copied[2][0] is copied[2][1]  # a module shared in the original stays shared in the copy
+    copied[0].new_attribute = 1
+    assert not hasattr(model[0], "new_attribute")
+
+
+def test_cloned_buffers_leave_the_original_statistics_alone() -> None:
+    model = _model().train()
+    before = model[1].running_mean.clone()
+    copied = structural_copy(model, clone_buffers=True)
+    copied(torch.randn(4, 3, 2, 3))
+    assert torch.equal(model[1].running_mean, before) and not torch.equal(copied[1].running_mean, before)
+    assert copied[0].weight is model[0].weight  # parameters are still shared
+
+
+def test_install_graph_keeps_class_state_dict_and_moves_with_the_module() -> None:
+    model = structural_copy(_model().eval())
+    keys = list(model.state_dict())
+    gm = torch.fx.symbolic_trace(model)
+    install_graph(model, gm)
+    assert type(model) is nn.Sequential and list(model.state_dict()) == keys
+    assert graph_of(model) is gm and graph_of(_model()) is None
+    x = torch.randn(1, 3, 2, 3)
+    torch.testing.assert_close(model(x), gm(x))
+    model.double()  # what the graph reads moves with the module
+    assert model(x.double()).dtype == torch.float64
+
+
+def test_module_paths_list_every_name_of_a_shared_module() -> None:
+    model = _model()
+    paths = module_paths(model)
+    assert paths[id(model[2][0])] == ["2.0", "2.1"] and paths[id(model)] == [""]
+
+
+def test_hooks_are_found_and_carried() -> None:
+    source, target = nn.Identity(), nn.Identity()
+    seen = []
+    source.register_forward_hook(lambda module, inputs, output: seen.append(module))
+    assert has_hooks(source) and not has_hooks(target)
+    carry_hooks(source, target)
+    target(torch.ones(1))
+    assert seen == [target]
