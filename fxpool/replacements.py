@@ -2,7 +2,10 @@
 
 :class:`ExactAdaptivePool` runs the steps of a :class:`~fxpool.planning.PoolPlan` with plain ops
 (``avg_pool``/``max_pool``, ``mean``/``max``, ``matmul``, constant ``index_select``, nearest
-``interpolate``). Averaging matrices and window indices are non-persistent buffers: they follow
+``interpolate``): exporters, ``torch.jit.trace``, ``torch.compile`` and ``torch.fx`` see the steps in
+the plan's order. Eager runs the average family's commuting steps in ``PoolPlan.eager_order`` and
+general max windows by PyTorch's own kernel (``runs_native_in_eager``), both measured faster there;
+:func:`traced_forms` makes eager run what tracers see. Averaging matrices and window indices are non-persistent buffers: they follow
 ``.to(device)``, are left out of ``state_dict`` (so the converted model loads the original's
 weights), and are rebuilt exactly after a dtype change, so ``.double()`` stays exact to float64.
 
