@@ -42,6 +42,8 @@ class PoolCall:
     @property
     def requested(self) -> str:
         """The output size as the model asks for it, for reports."""
+        if self.dynamic_output_size:
+            return "computed at run time"
         if self.output_size is None:
             return "scale_factor"
         return str(self.output_size[0] if len(self.output_size) == 1 else self.output_size)

@@ -130,22 +130,22 @@ def _replacement_hook(checks: list[ReplacementCheck]):
         try:
             expected = _NATIVE[(family, dims)](x, sizes)
         except Exception:  # the replacement was built for another input than it gets: it is wrong
-            checks.append(ReplacementCheck(module.where, float("inf"), 0.0))
+            checks.append(ReplacementCheck(module.location, float("inf"), 0.0))
             return
         outputs = [output]
         if getattr(module, "runs_native_in_eager", False):  # prove the form exporters will see as well
             try:
                 outputs.append(module.traced_form(x))
             except Exception:
-                checks.append(ReplacementCheck(module.where, float("inf"), 0.0))
+                checks.append(ReplacementCheck(module.location, float("inf"), 0.0))
                 return
         if family == "max":
             same = all(o.shape == expected.shape and torch.equal(o.isnan(), expected.isnan()) and bool(
                 (o.nan_to_num() == expected.nan_to_num()).all()) for o in outputs)
-            checks.append(ReplacementCheck(module.where, 0.0 if same else float("inf"), 0.0))
+            checks.append(ReplacementCheck(module.location, 0.0 if same else float("inf"), 0.0))
             return
         errors = [_tensor_error(o, expected) for o in outputs]
-        checks.append(ReplacementCheck(module.where, max(e for e, _ in errors), errors[0][1]))
+        checks.append(ReplacementCheck(module.location, max(e for e, _ in errors), errors[0][1]))
     return hook
 
 

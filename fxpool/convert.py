@@ -9,7 +9,7 @@ The steps, each in its own module:
    are converted instead, pool modules inside untraceable code are swapped directly, and
    functional calls that neither reaches are reported. Modules with hooks of their own are kept
    as they are (their hooks run) and converted below; a pool's hooks move to its replacement;
-4. each pool node is matched with its recorded call, :func:`~fxpool.planning.choose_plan` picks
+4. each pool node is matched with its recorded call, :func:`~fxpool.planning.decide_pool` picks
    its replacement and :func:`~fxpool.graph_pass.replace_nodes` swaps it in;
 5. :func:`~fxpool.checking.self_check` runs the result once on the example: each replacement
    against the native pool on its own input, the whole model against the recorded output. A
@@ -36,7 +36,7 @@ from .errors import SelfCheckError, UnconvertedPoolError, UnsupportedModelError,
 from .example import Example, read_example
 from .globalstate import LOCK
 from .graph_pass import module_uses, pool_nodes, replace_nodes, trace, unpassed_none_defaults
-from .planning import choose_plan
+from .planning import PoolDecision, PoolSighting, decide_pool
 from .recording import PoolEvent, Recording, record_pool_calls
 from .replacements import ExactAdaptivePool
 from .report import REPORT_ATTRIBUTE, ConversionReport, PoolRecord
@@ -320,11 +320,9 @@ class _Conversion:
                 setattr(module, child_name, new)
         direct = [e for e in events if e.module_name is None and e.innermost == name]
         for k, event in enumerate(direct):
-            self.records.append(_unconverted(
-                event, f"{name or '<root>'}:{event.call.op}#{k}",
-                f"functional call inside the forward of {name or 'the model'}, which torch.fx cannot trace "
-                f"({why}); move the call into a submodule, or make that forward traceable",
-            ))
+            self.records.append(_record(event.call, event, f"{name or '<root>'}:{event.call.op}#{k}", PoolDecision(
+                "left", f"functional call inside the forward of {name or 'the model'}, which torch.fx cannot "
+                        f"trace ({why}); move the call into a submodule, or make that forward traceable")))
         return module
 
     def _scripted(self, module: torch.jit.ScriptModule, name: str) -> None:
@@ -341,87 +339,88 @@ class _Conversion:
                 ))
 
     def _decide(self, call: PoolCall, events: Sequence[PoolEvent], location: str) -> nn.Module | None:
-        """The replacement of one pool seen in ``events`` (one per run), recording the decision."""
-        event = events[0] if events else None
-        why_not = self.undo.replacements.get(location) or _why_not(call, events)
-        if why_not or event is None:
-            self.records.append(_unconverted(event, location, why_not or "never ran", call))
-            return None
-        dims = event.spatial_dims
-        in_sizes = event.input_shape[-dims:]
-        out_sizes = event.output_shape[-dims:]
-        # interpolate's int size is every axis's, as a pool's output_size is
-        requested = None if call.output_size is None else normalize_output_size(call.output_size, dims, location)
-        follows = tuple(s is None for s in requested) if requested else (False,) * dims
-        pool_plan = choose_plan(call.family, in_sizes, out_sizes, follows, scaled_output=call.output_size is None)
+        decision = decide(call, events, location, dynamic=self.dynamic, fallback_device=self.fallback_device,
+                          undone=self.undo.replacements.get(location))
+        self.records.append(decision.record)
+        return decision.replacement
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One pool's decision as convert applies it: its record, and the module that replaces it (None: left)."""
+
+    record: PoolRecord
+    replacement: nn.Module | None
+
+
+def decide(call: PoolCall, events: Sequence[PoolEvent], location: str, *, dynamic: bool,
+           fallback_device: torch.device, undone: str | None = None) -> Decision:
+    """Decide one pool seen in ``events`` (one per run): planning's guards and rules, then its module.
+
+    ``undone`` is why an earlier round of the self-check undid this pool's replacement.
+    """
+    event = events[0] if events else None
+    decision = PoolDecision("left", undone) if undone else decide_pool(_sighting(call, events, location), dynamic)
+    record = _record(call, event, location, decision)
+    if decision.plan is None or event is None:
+        return Decision(record, None)
+    plan = decision.plan
+    if decision.action == "dynamic":
+        sizes = _requested_sizes(call, event, location) or event.output_shape[-event.spatial_dims:]
+        pool_class = DynamicAdaptiveAvgPool if plan.family == "avg" else DynamicAdaptiveMaxPool
+        replacement: nn.Module = pool_class(sizes, location=location)
+    else:
+        device = fallback_device if event.device.type == "meta" else event.device
         weight_dtype = torch.float64 if event.dtype == torch.float64 else torch.float32
-        device = self.fallback_device if event.device.type == "meta" else event.device
-        if self.dynamic and not pool_plan.size_agnostic:
-            why_not_dynamic = _why_not_dynamic(call)
-            if why_not_dynamic:
-                self.records.append(_unconverted(event, location, why_not_dynamic, call))
-                return None
-            dynamic_sizes = requested or out_sizes
-            if call.family == "avg":
-                replacement: nn.Module = DynamicAdaptiveAvgPool(dynamic_sizes, where=location)
-                description = "dynamic matmul (windows from the runtime size)"
-            else:
-                replacement = DynamicAdaptiveMaxPool(dynamic_sizes, where=location)
-                description = "dynamic masked max (windows from the runtime size)"
-            reason = "dynamic=True; at the traced size: " + pool_plan.reasons()
-            agnostic = True
-        else:
-            replacement = ExactAdaptivePool(pool_plan, location, weight_dtype, device,
-                                            batched=len(event.input_shape) == dims + 2)
-            description = pool_plan.describe()
-            reason = pool_plan.reasons()
-            agnostic = pool_plan.size_agnostic
-        replacement.train(False)  # replacements hold no training-dependent state; keep them out of train mode
-        self.records.append(PoolRecord(
-            location=location, form=call.form, op=call.op, input_shape=event.input_shape,
-            output_size=call.requested if call.output_size is not None else str(out_sizes),
-            output_shape=event.output_shape, converted=True, replacement=description, reason=reason,
-            size_agnostic=agnostic, source=event.source, family=call.family,
-            kind="dynamic" if self.dynamic and not pool_plan.size_agnostic else pool_plan.kind,
-        ))
-        return replacement
+        replacement = ExactAdaptivePool(plan, location, weight_dtype, device,
+                                        batched=len(event.input_shape) == event.spatial_dims + 2)
+    replacement.train(False)  # replacements hold no training-dependent state; keep them out of train mode
+    return Decision(record, replacement)
 
 
-def _why_not(call: PoolCall, events: Sequence[PoolEvent]) -> str | None:
+_DYNAMIC_DESCRIPTIONS = {"avg": "dynamic matmul (windows from the runtime size)",
+                         "max": "dynamic masked max (windows from the runtime size)"}
+
+
+def _requested_sizes(call: PoolCall, event: PoolEvent, location: str) -> tuple[int | None, ...] | None:
+    """The output size per spatial axis as the model asks for it; None for a scale_factor or a computed size."""
+    if call.output_size is None or call.dynamic_output_size:
+        return None
+    # interpolate's int size is every axis's, as a pool's output_size is
+    return normalize_output_size(call.output_size, event.spatial_dims, location)
+
+
+def _sighting(call: PoolCall, events: Sequence[PoolEvent], location: str) -> PoolSighting:
     if not events:
-        return "never ran on the example input, so its input size is unknown"
-    event = events[0]
-    if call.dynamic_output_size:
-        return "output_size is computed at run time, so no fixed replacement is safe"
-    if call.return_indices:
-        return "return_indices=True: PyTorch's argmax indices (and their ties) are not reproduced"
-    if event.quantized:
-        return "quantized input: left to the quantized kernel"
-    dims = event.spatial_dims
-    if 0 in event.output_shape[-dims:] or 0 in event.input_shape[-dims:]:
-        return "a zero spatial size makes an empty result; nothing to replace"
-    sizes = {(e.input_shape[-dims:], e.output_shape[-dims:]) for e in events}
-    if len(sizes) > 1:
-        seen = ", ".join(f"{i}->{o}" for i, o in sorted(sizes))
-        return f"called {len(events)} times with different sizes ({seen}); no single replacement is exact"
-    return None
+        return PoolSighting(call.family, (), None, call.return_indices, call.dynamic_output_size)
+    dims = events[0].spatial_dims
+    return PoolSighting(
+        call.family, tuple((e.input_shape[-dims:], e.output_shape[-dims:]) for e in events),
+        _requested_sizes(call, events[0], location), call.return_indices, call.dynamic_output_size,
+        events[0].quantized,
+    )
 
 
-def _why_not_dynamic(call: PoolCall) -> str | None:
-    if call.output_size is None:
-        return "dynamic=True: interpolate with scale_factor has a size-dependent output size"
-    return None
-
-
-def _unconverted(event: PoolEvent | None, location: str, reason: str, call: PoolCall | None = None) -> PoolRecord:
-    call = call or (event.call if event is not None else None)
-    assert call is not None
+def _record(call: PoolCall, event: PoolEvent | None, location: str, decision: PoolDecision) -> PoolRecord:
+    plan = decision.plan
+    converted = decision.action != "left"
+    if plan is None or not converted:
+        replacement, kind = "left to PyTorch", ""
+    elif decision.action == "dynamic":
+        replacement, kind = _DYNAMIC_DESCRIPTIONS[plan.family], "dynamic"
+    else:
+        replacement, kind = plan.describe(), plan.kind
+    output_size = call.requested
+    if call.output_size is None and not call.dynamic_output_size and event is not None:
+        output_size = f"scale_factor: {event.output_shape[-event.spatial_dims:]}"
     return PoolRecord(
         location=location, form=call.form, op=call.op, input_shape=None if event is None else event.input_shape,
-        output_size=call.requested, output_shape=None if event is None else event.output_shape, converted=False,
-        replacement="left to PyTorch", reason=reason, source=None if event is None else event.source,
-        export_translated=call.family == "avg" and not (event is not None and event.quantized),
-        family=call.family,
+        output_size=output_size, output_shape=None if event is None else event.output_shape,
+        converted=converted, replacement=replacement, reason=decision.reason,
+        size_agnostic=decision.action == "dynamic" or (plan is not None and converted and plan.size_agnostic),
+        source=None if event is None else event.source,
+        export_translated=not converted and call.family == "avg" and not (event is not None and event.quantized),
+        family=call.family, kind=kind,
     )
 
 

@@ -51,10 +51,10 @@ class _DynamicPool(nn.Module):
 
     family = ""
 
-    def __init__(self, out_sizes: tuple[int | None, ...], where: str = "adaptive pool") -> None:
+    def __init__(self, out_sizes: tuple[int | None, ...], location: str = "adaptive pool") -> None:
         super().__init__()
         self.out_sizes = tuple(out_sizes)
-        self.where = where
+        self.location = location
 
     @property
     def fxpool_native_reference(self) -> tuple[str, tuple[int | None, ...]]:
@@ -71,7 +71,7 @@ class DynamicAdaptiveAvgPool(_DynamicPool):
     family = "avg"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = source = check_input(x, (None,) * len(self.out_sizes), self.where)
+        x = source = check_input(x, (None,) * len(self.out_sizes), self.location)
         dtype = x.dtype
         x = x.to(torch.promote_types(dtype, torch.float32))
         dims = len(self.out_sizes)
@@ -89,7 +89,7 @@ class DynamicAdaptiveMaxPool(_DynamicPool):
     family = "max"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = source = check_input(x, (None,) * len(self.out_sizes), self.where)
+        x = source = check_input(x, (None,) * len(self.out_sizes), self.location)
         dims = len(self.out_sizes)
         exporting = torch.onnx.is_in_onnx_export()
         for axis in reversed(range(dims)):  # last axis first: PyTorch's row-major choice among ties

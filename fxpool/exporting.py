@@ -235,18 +235,19 @@ def verify_onnx(path: str, model: nn.Module, example_input: Any, *, rtol: float 
         onnx.checker.check_model(path)
         outputs = run_onnxruntime(path, example, forward=model.forward)
     except Exception as error:
-        raise ExportVerificationError(_failed(path, f"the exported graph does not load or run: {error}")) from error
+        raise ExportVerificationError(_set_aside_failed_graph(path, f"the exported graph does not load or run: {error}")) from error
     with LOCK, example_run(example):
         expected = [t for t in tree_leaves(example.call(structural_copy(model, clone_buffers=True)))
                     if isinstance(t, torch.Tensor)]
     if len(expected) != len(outputs):
-        raise ExportVerificationError(_failed(path, f"onnxruntime gave {len(outputs)} outputs, PyTorch {len(expected)}"))
+        raise ExportVerificationError(_set_aside_failed_graph(
+            path, f"onnxruntime gave {len(outputs)} outputs, PyTorch {len(expected)}"))
     worst_abs = worst_rel = 0.0
     for index, (ours, theirs) in enumerate(zip(outputs, expected)):
         got = torch.from_numpy(ours).to(theirs.dtype)
         if got.shape != theirs.shape:
-            raise ExportVerificationError(_failed(path, f"output {index}: shape {tuple(got.shape)} from onnxruntime, "
-                                                        f"{tuple(theirs.shape)} from PyTorch"))
+            raise ExportVerificationError(_set_aside_failed_graph(
+                path, f"output {index}: shape {tuple(got.shape)} from onnxruntime, {tuple(theirs.shape)} from PyTorch"))
         if not theirs.numel():
             continue
         diff = (got.double() - theirs.double()).abs()
@@ -254,13 +255,14 @@ def verify_onnx(path: str, model: nn.Module, example_input: Any, *, rtol: float 
         worst_rel = max(worst_rel, (diff / theirs.double().abs().clamp_min(atol)).max().item())
         scale = max(1.0, theirs.double().abs().max().item())
         if not torch.allclose(got.double(), theirs.double(), rtol=rtol, atol=atol * scale):
-            raise ExportVerificationError(_failed(
+            raise ExportVerificationError(_set_aside_failed_graph(
                 path, f"output {index}: onnxruntime differs from PyTorch by up to {diff.max().item():.3g} "
                       f"(rtol={rtol}, atol={atol} x output scale {scale:.3g})"))
     return worst_abs, worst_rel
 
 
-def _failed(path: str, why: str) -> str:
+def _set_aside_failed_graph(path: str, why: str) -> str:
+    """Move a graph that failed verification to ``path.failed`` and say so in the error text ``why``."""
     if os.path.exists(path):
         os.replace(path, path + ".failed")
         return f"{why}. The graph was moved to {path}.failed so it is not mistaken for a good one."

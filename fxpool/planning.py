@@ -28,6 +28,11 @@ max axes are first gathered — each window's positions copied out in order, pad
 window by repeating its last position — and then a single MaxPool covers every axis at once
 (gathered axes: kernel = stride = that length), which scans each window row-major as PyTorch does.
 
+Before any axis rule, :func:`decide_pool` asks the pool guards (``POOL_GUARDS``, then under
+``dynamic=True`` ``DYNAMIC_GUARDS``) whether the pool can be replaced at all, from a
+:class:`PoolSighting` (how the pool is written and the sizes each run saw), and returns one
+:class:`PoolDecision`: the exact plan, the dynamic-size form, or nothing, with the reason.
+
 Nothing here knows of torch, torch.fx or ONNX.
 """
 
@@ -36,12 +41,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from math import prod
-from typing import Literal
+from typing import Literal, get_args
 
 from .windows import uniform_stride, upsample_factor, window_lengths
 
 PoolFamily = Literal["avg", "max"]
 AxisKind = Literal["identity", "reduce", "pool", "upsample", "matrix", "gather"]
+DecisionAction = Literal["exact", "dynamic", "left"]
 
 # Kronecker rule, fitted to the eager CPU benchmark (``python -m model_zoo_checks.benchmarks --sections
 # kronecker``, C=512, square inputs 4..64 to outputs 3..17, Kronecker time over separable time,
@@ -424,3 +430,117 @@ def _steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]
     if "upsample" in kinds:
         steps.append(UpsampleStep(tuple(None if a.follows_input else a.out_size for a in axes)))
     return tuple(steps)
+
+
+# --- pool guards: whether a pool may be replaced at all, before any axis rule ---
+
+SpatialSizes = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PoolSighting:
+    """What is known of one pool before planning: how it is written, and the sizes of each run.
+
+    ``requested`` is the output size per spatial axis as the model asks for it (``None`` entries
+    keep the input's size), or ``None`` for an interpolate with ``scale_factor``.
+    """
+
+    family: PoolFamily
+    runs: tuple[tuple[SpatialSizes, SpatialSizes], ...]  # (spatial input sizes, spatial output sizes) per call
+    requested: tuple[int | None, ...] | None
+    return_indices: bool = False
+    dynamic_output_size: bool = False  # output_size is computed in the graph
+    quantized: bool = False
+
+
+PoolGuard = Callable[[PoolSighting], str | None]  # why the pool must be left to PyTorch, or None
+
+
+def _ran_guard(sighting: PoolSighting) -> str | None:
+    return None if sighting.runs else "never ran on the example input, so its input size is unknown"
+
+
+def _constant_output_guard(sighting: PoolSighting) -> str | None:
+    if sighting.dynamic_output_size:
+        return "output_size is computed at run time, so no fixed replacement is safe"
+    return None
+
+
+def _indices_guard(sighting: PoolSighting) -> str | None:
+    if sighting.return_indices:
+        return "return_indices=True: PyTorch's argmax indices (and their ties) are not reproduced"
+    return None
+
+
+def _quantized_guard(sighting: PoolSighting) -> str | None:
+    return "quantized input: left to the quantized kernel" if sighting.quantized else None
+
+
+def _non_empty_guard(sighting: PoolSighting) -> str | None:
+    in_sizes, out_sizes = sighting.runs[0]
+    if 0 in in_sizes or 0 in out_sizes:
+        return "a zero spatial size makes an empty result; nothing to replace"
+    return None
+
+
+def _one_size_guard(sighting: PoolSighting) -> str | None:
+    sizes = set(sighting.runs)
+    if len(sizes) > 1:
+        seen = ", ".join(f"{i}->{o}" for i, o in sorted(sizes))
+        return f"called {len(sighting.runs)} times with different sizes ({seen}); no single replacement is exact"
+    return None
+
+
+def _fixed_request_guard(sighting: PoolSighting) -> str | None:
+    if sighting.requested is None:
+        return "dynamic=True: interpolate with scale_factor has a size-dependent output size"
+    return None
+
+
+POOL_GUARDS: tuple[PoolGuard, ...] = (_ran_guard, _constant_output_guard, _indices_guard, _quantized_guard,
+                                      _non_empty_guard, _one_size_guard)
+DYNAMIC_GUARDS: tuple[PoolGuard, ...] = (_fixed_request_guard,)
+
+
+@dataclass(frozen=True)
+class PoolDecision:
+    """What convert does with one pool, and why.
+
+    ``exact``: replace it by ``plan`` (checked at the traced size where the plan needs it);
+    ``dynamic``: replace it by the form that computes its windows from the runtime size (``plan``
+    is what the traced size alone would have got); ``left``: leave it to PyTorch.
+    """
+
+    action: DecisionAction
+    reason: str
+    plan: PoolPlan | None = None
+
+    def __post_init__(self) -> None:
+        if self.action not in get_args(DecisionAction):
+            raise ValueError(f"unknown decision {self.action!r}")
+        if (self.plan is None) != (self.action == "left"):
+            raise ValueError(f"a {self.action!r} decision {'has no' if self.action == 'left' else 'needs a'} plan")
+
+
+def decide_pool(sighting: PoolSighting, dynamic: bool = False) -> PoolDecision:
+    """The one decision for a pool: the first guard that refuses it, else its plan (or the dynamic form).
+
+    >>> decide_pool(PoolSighting("avg", (((7, 7), (3, 3)),), (3, 3))).plan.describe()
+    'AvgPool2d(k=(3, 3), s=(2, 2))'
+    >>> decide_pool(PoolSighting("max", (((7,), (3,)), ((8,), (3,))), (3,))).reason
+    'called 2 times with different sizes ((7,)->(3,), (8,)->(3,)); no single replacement is exact'
+    """
+    for guard in POOL_GUARDS:
+        why = guard(sighting)
+        if why:
+            return PoolDecision("left", why)
+    in_sizes, out_sizes = sighting.runs[0]
+    follows = tuple(s is None for s in sighting.requested) if sighting.requested else None
+    plan = choose_plan(sighting.family, in_sizes, out_sizes, follows, scaled_output=sighting.requested is None)
+    if not dynamic or plan.size_agnostic:
+        return PoolDecision("exact", plan.reasons(), plan)
+    for guard in DYNAMIC_GUARDS:
+        why = guard(sighting)
+        if why:
+            return PoolDecision("left", why)
+    return PoolDecision("dynamic", "dynamic=True; at the traced size: " + plan.reasons(), plan)

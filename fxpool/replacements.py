@@ -87,7 +87,7 @@ def window_scales(in_size: int, out_size: int, span: int) -> torch.Tensor:
 
 
 @torch.fx.wrap
-def check_input(x: torch.Tensor, expected: tuple[int | None, ...], where: str) -> torch.Tensor:
+def check_input(x: torch.Tensor, expected: tuple[int | None, ...], location: str) -> torch.Tensor:
     """Return ``x`` if it is floating and its trailing spatial sizes match ``expected`` (``None``: any).
 
     Runs under ``torch.jit.trace`` and ``torch.export`` too, where sizes are static: a graph traced
@@ -101,13 +101,13 @@ def check_input(x: torch.Tensor, expected: tuple[int | None, ...], where: str) -
             return x
     if isinstance(x, torch.Tensor) and not x.is_floating_point():
         raise PoolCallError(
-            f"{_named(where)}: input has dtype {x.dtype}; adaptive pooling needs a real floating tensor, as the "
+            f"{_named(location)}: input has dtype {x.dtype}; adaptive pooling needs a real floating tensor, as the "
             f"original pool does. Cast the input to a floating type.")
     shape = tuple(_static_size(s) for s in x.shape)
     spatial = shape[len(shape) - len(expected):]
     if any(is_concrete_int(s) and s == 0 for s in spatial):
         raise PoolCallError(
-            f"{_named(where)}: input of shape {shape} has an empty spatial axis; adaptive pooling needs non-zero "
+            f"{_named(location)}: input of shape {shape} has an empty spatial axis; adaptive pooling needs non-zero "
             f"spatial sizes, as the original pool does.")
     if not any(e is not None for e in expected):
         return x
@@ -115,13 +115,13 @@ def check_input(x: torch.Tensor, expected: tuple[int | None, ...], where: str) -
     traced = tuple("*" if e is None else e for e in expected)
     if any(e is not None and not is_concrete_int(s) for e, s in zip(expected, seen)):
         raise SpatialSizeError(
-            f"{_named(where)}: this replacement was specialised for spatial size {traced}, but it is being "
+            f"{_named(location)}: this replacement was specialised for spatial size {traced}, but it is being "
             f"exported with a dynamic spatial size ({shape}); the graph would be wrong at "
             f"other sizes. Keep spatial axes static, or convert with dynamic=True "
             f"(fxpool.export(..., dynamic=True)) for one graph exact at every size.")
     if len(shape) < len(expected) or any(e is not None and e != s for e, s in zip(expected, seen)):
         raise SpatialSizeError(
-            f"{_named(where)}: this replacement was specialised for spatial size {traced} but got input of "
+            f"{_named(location)}: this replacement was specialised for spatial size {traced} but got input of "
             f"shape {shape} (spatial {seen}). Convert again with an example input of this "
             f"size (fxpool.convert(model, example)), or convert with dynamic=True for one model "
             f"that serves every size."
@@ -129,9 +129,9 @@ def check_input(x: torch.Tensor, expected: tuple[int | None, ...], where: str) -
     return x
 
 
-def _named(where: str) -> str:
-    """The pool as a user finds it: ``where`` is its module path (``features.3``, ``1``) or ``scope:node``."""
-    return f"the adaptive pool at {where!r} of the converted model"
+def _named(location: str) -> str:
+    """The pool as a user finds it: ``location`` is its module path (``features.3``, ``1``) or ``scope:node``."""
+    return f"the adaptive pool at {location!r} of the converted model"
 
 
 def keep_memory_format(source: torch.Tensor, result: torch.Tensor, spatial_dims: int) -> torch.Tensor:
@@ -163,11 +163,11 @@ def _static_size(size: object) -> Any:
 class ExactAdaptivePool(nn.Module):
     """Computes one adaptive average or max pool exactly, for the input size it was planned for."""
 
-    def __init__(self, plan: PoolPlan, where: str = "adaptive pool", weight_dtype: torch.dtype = torch.float32,
+    def __init__(self, plan: PoolPlan, location: str = "adaptive pool", weight_dtype: torch.dtype = torch.float32,
                  device: torch.device | str | None = None, batched: bool = True) -> None:
         super().__init__()
         self.plan = plan
-        self.where = where
+        self.location = location
         self.batched = batched  # the traced input had a batch axis (eager follows the input's rank)
         expected: list[int | None] = [None] * plan.spatial_dims
         for axis in plan.guarded_axes:
@@ -217,7 +217,7 @@ class ExactAdaptivePool(nn.Module):
         return f"{self.plan.family}: {sizes}; {self.plan.describe()}"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = check_input(x, self.expected_sizes, self.where)
+        x = check_input(x, self.expected_sizes, self.location)
         eager = isinstance(x, torch.Tensor) and not _exporting()  # not a Proxy, nothing traces
         if eager and self.runs_native_in_eager:
             dims = self.plan.spatial_dims
@@ -231,7 +231,7 @@ class ExactAdaptivePool(nn.Module):
         The self-check runs it beside ``forward`` where the two differ, so the form that is exported
         is proven on the example too.
         """
-        return self._run(check_input(x, self.expected_sizes, self.where), eager=False)
+        return self._run(check_input(x, self.expected_sizes, self.location), eager=False)
 
     def _run(self, x: torch.Tensor, eager: bool) -> torch.Tensor:
         source = x
