@@ -4,12 +4,15 @@ Some models take another code path under export (``if torch.onnx.is_in_onnx_expo
 pool in code neither torch.fx nor hooks see. For its duration, :func:`exporter_translations`
 registers a TorchScript-exporter symbolic for ``aten::adaptive_avg_pool1d/2d/3d``, and
 :func:`dynamo_translation_table` gives the dynamo exporter's ``custom_translation_table`` entries
-for the same ops. Both emit one exact, portable form (:func:`_lower`): where the exporter knows the
-input's spatial sizes, GlobalAveragePool, AveragePool for uniform windows, otherwise one constant
-MatMul per pooled axis (averaging, reduction and nearest upsampling are all matrices). An axis of
-dynamic length gets its averaging matrix built in the graph from the runtime length
+for the same ops. Both emit one exact, portable form (:func:`_lower`). Where the exporter knows the
+input's spatial sizes, that is the :class:`~fxpool.planning.PoolPlan` a converted model would get,
+lowered step by step (AveragePool, GlobalAveragePool/ReduceMean, constant MatMuls, one Kronecker
+MatMul, Pad+Gather+Mul for long axes; nearest upsampling as a 0/1 MatMul), so eager and export-time
+pools follow the same rules. An output of 1 on every axis is GlobalAveragePool at any size. Any
+other axis of dynamic length gets its averaging matrix built in the graph from the runtime length
 (:func:`_runtime_weight`: Shape, Gather of one index, Range, Mul, Add, Div, Less/Greater, And,
-Cast), so a graph exported with dynamic spatial axes is exact at every size.
+Cast), so a graph exported with dynamic spatial axes is exact at every size. Half and bfloat16 are
+computed in float32 and rounded once, as the native pool does.
 """
 
 from __future__ import annotations
@@ -20,24 +23,44 @@ from typing import Any
 
 import torch
 
-from .planning import choose_plan
-from .replacements import averaging_matrix
+from .planning import (
+    KroneckerStep,
+    MatmulStep,
+    PoolPlan,
+    PoolStep,
+    ReduceStep,
+    UpsampleStep,
+    WindowGatherStep,
+    WindowScaleStep,
+    choose_plan,
+)
+from .replacements import averaging_matrix, kronecker_matrix, window_gather_indices, window_scales
 
 _OPSET = 9
 _OPS = {1: "aten::adaptive_avg_pool1d", 2: "aten::adaptive_avg_pool2d", 3: "aten::adaptive_avg_pool3d"}
 
 
 class _TorchScriptOps:
-    """The ONNX ops :func:`_lower` needs, in the TorchScript exporter's graph builder."""
+    """The ONNX ops :func:`_lower` needs, in the TorchScript exporter's graph builder.
+
+    The symbolic is registered from opset 9 on; ops whose attributes became inputs (ReduceMean in
+    18, Pad in 11, Squeeze/Unsqueeze in 13) are spelled for the opset being exported.
+    """
 
     def __init__(self, g: Any) -> None:
         self.g = g
+        self.opset: int = getattr(g, "opset", _OPSET)
 
     def global_average_pool(self, x: Any) -> Any:
         return self.g.op("GlobalAveragePool", x)
 
     def average_pool(self, x: Any, kernel: list[int], strides: list[int]) -> Any:
         return self.g.op("AveragePool", x, kernel_shape_i=kernel, strides_i=strides)
+
+    def reduce_mean(self, x: Any, axes: list[int]) -> Any:
+        if self.opset >= 18:
+            return self.g.op("ReduceMean", x, self.constant(torch.tensor(axes)), keepdims_i=1)
+        return self.g.op("ReduceMean", x, axes_i=axes, keepdims_i=1)
 
     def transpose(self, x: Any, perm: list[int]) -> Any:
         return self.g.op("Transpose", x, perm_i=perm)
@@ -64,9 +87,30 @@ class _TorchScriptOps:
     def cast(self, x: Any, dtype: torch.dtype) -> Any:
         return self.g.op("Cast", x, to_i=_ONNX_DTYPES[dtype])
 
+    def gather(self, x: Any, indices: torch.Tensor, axis: int) -> Any:
+        return self.g.op("Gather", x, self.constant(indices), axis_i=axis)
+
+    def pad_end(self, x: Any, axis: int, rank: int) -> Any:
+        """One zero appended to axis ``axis``."""
+        pads = [0] * (2 * rank)
+        pads[rank + axis] = 1
+        if self.opset >= 11:
+            return self.g.op("Pad", x, self.constant(torch.tensor(pads)), mode_s="constant")
+        return self.g.op("Pad", x, pads_i=pads, mode_s="constant", value_f=0.0)
+
+    def unsqueeze_batch(self, x: Any) -> Any:
+        if self.opset >= 13:
+            return self.g.op("Unsqueeze", x, self.constant(torch.tensor([0])))
+        return self.g.op("Unsqueeze", x, axes_i=[0])
+
+    def squeeze_batch(self, x: Any) -> Any:
+        if self.opset >= 13:
+            return self.g.op("Squeeze", x, self.constant(torch.tensor([0])))
+        return self.g.op("Squeeze", x, axes_i=[0])
+
 
 class _OnnxScriptOps:
-    """The same ops in onnxscript, for the dynamo exporter's custom translations."""
+    """The same ops in onnxscript (opset 18 spellings), for the dynamo exporter's custom translations."""
 
     def __init__(self) -> None:
         from onnxscript import opset18
@@ -79,6 +123,9 @@ class _OnnxScriptOps:
     def average_pool(self, x: Any, kernel: list[int], strides: list[int]) -> Any:
         return self.op.AveragePool(x, kernel_shape=kernel, strides=strides)
 
+    def reduce_mean(self, x: Any, axes: list[int]) -> Any:
+        return self.op.ReduceMean(x, self.constant(torch.tensor(axes)), keepdims=1)
+
     def transpose(self, x: Any, perm: list[int]) -> Any:
         return self.op.Transpose(x, perm=perm)
 
@@ -88,9 +135,6 @@ class _OnnxScriptOps:
     def constant(self, value: torch.Tensor) -> Any:
         import onnx
 
-        if value.dtype == torch.bfloat16:  # numpy has no bfloat16: float32 and a Cast, as eager casts its weight
-            single: Any = self.op.Constant(value=onnx.numpy_helper.from_array(value.float().numpy()))
-            return self.op.Cast(single, to=onnx.TensorProto.BFLOAT16)
         return self.op.Constant(value=onnx.numpy_helper.from_array(value.numpy()))
 
     def size(self, x: Any, axis: int) -> Any:
@@ -108,10 +152,25 @@ class _OnnxScriptOps:
     def cast(self, x: Any, dtype: torch.dtype) -> Any:
         return self.op.Cast(x, to=_ONNX_DTYPES[dtype])
 
+    def gather(self, x: Any, indices: torch.Tensor, axis: int) -> Any:
+        return self.op.Gather(x, self.constant(indices), axis=axis)
+
+    def pad_end(self, x: Any, axis: int, rank: int) -> Any:
+        pads = [0] * (2 * rank)
+        pads[rank + axis] = 1
+        return self.op.Pad(x, self.constant(torch.tensor(pads)), mode="constant")
+
+    def unsqueeze_batch(self, x: Any) -> Any:
+        return self.op.Unsqueeze(x, self.constant(torch.tensor([0])))
+
+    def squeeze_batch(self, x: Any) -> Any:
+        return self.op.Squeeze(x, self.constant(torch.tensor([0])))
+
 
 # onnx.TensorProto's element types, without importing onnx where the TorchScript exporter runs.
 _ONNX_DTYPES = {torch.float32: 1, torch.int64: 7, torch.bool: 9, torch.float16: 10, torch.float64: 11,
                 torch.bfloat16: 16}
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 def _lower(ops: Any, x: Any, sizes: Sequence[Any], requested: Any, dims: int, dtype: torch.dtype) -> Any:
@@ -120,7 +179,8 @@ def _lower(ops: Any, x: Any, sizes: Sequence[Any], requested: Any, dims: int, dt
     ``sizes`` is ``x``'s shape as the exporter knows it, ``None`` for an axis of dynamic length.
     ``requested`` holds ints, ``None`` (the input's own length) or, where the exporter computes
     the output size in the graph (an interpolate ``scale_factor`` over a dynamic axis), that
-    int64 scalar.
+    int64 scalar. Half and bfloat16 are computed in float32 and rounded once, as the native pool
+    and fxpool's replacements do.
     """
     if not sizes or len(sizes) < dims:
         raise ValueError(
@@ -133,28 +193,83 @@ def _lower(ops: Any, x: Any, sizes: Sequence[Any], requested: Any, dims: int, dt
                          f"fixed output size, or keep the spatial axes static.")
     in_sizes = tuple(s if isinstance(s, int) else None for s in sizes[-dims:])
     out_sizes = tuple(i if o is None or (isinstance(o, int) and o == -1) else o for i, o in zip(in_sizes, requested))
-    batched = len(sizes) == dims + 2  # ONNX pooling wants (N, C, spatial...)
-    static_out = all(isinstance(o, int) for o in out_sizes)
-    if static_out and all(o == 1 for o in out_sizes) and batched:
-        return ops.global_average_pool(x)  # exact at any size
-    if None not in in_sizes and static_out:
-        plan = choose_plan("avg", in_sizes, out_sizes)  # type: ignore[arg-type]
-        if (any(a.kind == "pool" for a in plan.axes) and batched
-                and all(a.kind in ("pool", "identity", "reduce") for a in plan.axes)):
-            return ops.average_pool(x, [a.kernel for a in plan.axes], [a.stride for a in plan.axes])
-    rank = len(sizes)
+    rank, batched = len(sizes), len(sizes) == dims + 2  # ONNX pooling wants (N, C, spatial...)
+    compute = torch.float64 if dtype == torch.float64 else torch.float32
+    if dtype in _LOW_PRECISION:
+        x = ops.cast(x, compute)
+    if all(o == 1 for o in out_sizes) and batched:
+        pooled = ops.global_average_pool(x)  # exact at any size
+    elif None not in in_sizes and all(isinstance(o, int) for o in out_sizes):
+        plan = choose_plan("avg", in_sizes, out_sizes, tuple(o is None for o in requested))  # type: ignore[arg-type]
+        pooled = _lower_plan(ops, x, plan, rank, batched, compute)
+    else:
+        pooled = _lower_dynamic(ops, x, in_sizes, requested, rank, compute)
+    return ops.cast(pooled, dtype) if dtype in _LOW_PRECISION else pooled
+
+
+def _lower_plan(ops: Any, x: Any, plan: PoolPlan, rank: int, batched: bool, dtype: torch.dtype) -> Any:
+    """``plan``'s steps in its order, as a converted model exports them (weights in ``dtype``)."""
+    dims = plan.spatial_dims
+    if not batched:
+        x, rank = ops.unsqueeze_batch(x), rank + 1
+    first = rank - dims  # position of the first spatial axis
+    for step in plan.steps:
+        if isinstance(step, PoolStep):
+            x = ops.average_pool(x, list(step.kernel), list(step.stride))
+        elif isinstance(step, ReduceStep):
+            x = (ops.global_average_pool(x) if len(step.axes) == dims
+                 else ops.reduce_mean(x, [first + a for a in step.axes]))
+        elif isinstance(step, MatmulStep):
+            x = _matmul_along(ops, x, averaging_matrix(step.in_size, step.out_size, dtype), first + step.axis, rank)
+        elif isinstance(step, KroneckerStep):
+            kept = [0] * (rank - len(step.axes))  # Reshape's 0: keep that axis's length (rank - axes >= 2)
+            flat = ops.reshape(x, kept + [-1])
+            weight = kronecker_matrix(step.in_sizes, step.out_sizes, dtype).t().contiguous()
+            # one -1 among the kept axes: the TorchScript exporter's shape inference wants one
+            x = ops.reshape(ops.matmul(flat, ops.constant(weight)), kept[:-1] + [-1] + list(step.out_sizes))
+        elif isinstance(step, WindowGatherStep):
+            padded = ops.pad_end(x, first + step.axis, rank) if step.zero_padded else x
+            indices = window_gather_indices(step.in_size, step.out_size, step.span, step.zero_padded)
+            x = ops.gather(padded, indices, first + step.axis)
+        elif isinstance(step, WindowScaleStep):
+            scales = window_scales(step.in_size, step.out_size, step.span).to(dtype)
+            x = ops.binary("Mul", x, ops.constant(scales.reshape((-1,) + (1,) * (dims - 1 - step.axis))))
+        elif isinstance(step, UpsampleStep):  # nearest by an integer factor: a 0/1 matrix per axis
+            for axis, size in enumerate(step.sizes):
+                if size is not None and size != plan.in_sizes[axis]:
+                    x = _matmul_along(ops, x, averaging_matrix(plan.in_sizes[axis], size, dtype), first + axis, rank)
+        else:
+            raise TypeError(f"fxpool: an average pool's plan has no ONNX lowering for step {step!r}")
+    return x if batched else ops.squeeze_batch(x)
+
+
+def _matmul_along(ops: Any, x: Any, matrix: torch.Tensor, position: int, rank: int) -> Any:
+    """Multiply axis ``position`` of ``x`` by the (out x in) ``matrix``: MatMul over the last axis,
+    a broadcast ``matrix @ x`` over the one before (as converted models export), else moved last."""
+    if position == rank - 1:
+        return ops.matmul(x, ops.constant(matrix.t().contiguous()))
+    if position == rank - 2:
+        return ops.matmul(ops.constant(matrix), x)
+    perm = list(range(rank))
+    perm[position], perm[-1] = perm[-1], perm[position]
+    return ops.transpose(ops.matmul(ops.transpose(x, perm), ops.constant(matrix.t().contiguous())), perm)
+
+
+def _lower_dynamic(ops: Any, x: Any, in_sizes: tuple[int | None, ...], requested: list[Any], rank: int,
+                   dtype: torch.dtype) -> Any:
+    """One MatMul per pooled axis, its averaging matrix built in the graph where the length is dynamic."""
+    dims = len(in_sizes)
     for axis, (i, o) in enumerate(zip(in_sizes, requested)):
         if o is None or (isinstance(o, int) and o in (-1, i)):  # the output is the input's length: nothing to pool
             continue
         position = rank - dims + axis
+        if isinstance(i, int) and isinstance(o, int):
+            x = _matmul_along(ops, x, averaging_matrix(i, o, dtype), position, rank)
+            continue
         perm = list(range(rank))
         perm[position], perm[-1] = perm[-1], perm[position]
         moved = x if position == rank - 1 else ops.transpose(x, perm)
-        if isinstance(i, int) and isinstance(o, int):
-            weight = ops.constant(averaging_matrix(i, o, dtype).t().contiguous())  # (in x out)
-        else:
-            weight = _runtime_weight(ops, x, position, o, dtype)
-        pooled = ops.matmul(moved, weight)
+        pooled = ops.matmul(moved, _runtime_weight(ops, x, position, o, dtype))
         x = pooled if position == rank - 1 else ops.transpose(pooled, perm)
     return x
 
