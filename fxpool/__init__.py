@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .checking import SelfCheck
-from .convert import convert, plan
+from .convert import convert, explain
 from .errors import (
     ExampleInputError,
     ExportFailedError,
@@ -37,8 +37,8 @@ __all__ = [
     "UnconvertedPoolError",
     "UnsupportedModelError",
     "convert",
+    "explain",
     "export",
     "onnx_export_hook",
-    "plan",
     "report_of",
 ]

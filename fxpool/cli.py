@@ -85,7 +85,7 @@ def _run(args: argparse.Namespace, model: nn.Module) -> int:
     import fxpool
 
     if args.command == "inspect":
-        report = fxpool.plan(model, example, dynamic=args.dynamic_hw)
+        report = fxpool.explain(model, example, dynamic=args.dynamic_hw)
         print(json.dumps(report.to_dict(), indent=2) if args.json else report)
         if args.strict and report.unconverted:
             return 1

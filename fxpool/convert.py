@@ -100,9 +100,9 @@ def enforce_strict(report: ConversionReport, *, for_export: bool) -> None:
         raise SelfCheckError(f"strict=True and the self-check did not pass at once: {report.check.summary()}")
 
 
-def plan(model: nn.Module, example_input: Any, *, example_kwargs: Mapping[str, Any] | None = None,
-         dynamic: bool = False) -> ConversionReport:
-    """The report ``convert`` would produce, without handing back a converted model."""
+def explain(model: nn.Module, example_input: Any, *, example_kwargs: Mapping[str, Any] | None = None,
+            dynamic: bool = False) -> ConversionReport:
+    """The report ``convert`` would produce (every pool, its replacement and why), without the converted model."""
     return _convert(model, read_example(example_input, example_kwargs), dynamic)[1]
 
 

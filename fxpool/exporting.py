@@ -189,6 +189,13 @@ def op_histogram(path: str) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def onnxruntime_session(path: str, providers: list[str] | None = None) -> Any:
+    """An onnxruntime ``InferenceSession`` on the graph at ``path`` (CPU unless ``providers`` say otherwise)."""
+    import onnxruntime
+
+    return onnxruntime.InferenceSession(path, providers=providers or ["CPUExecutionProvider"])
+
+
 def run_onnxruntime(path: str, example_input: Any, providers: list[str] | None = None, *,
                     forward: Callable[..., Any] | None = None) -> list[Any]:
     """Outputs of the ONNX graph at ``path`` on the tensors of ``example_input`` (read as ``convert`` reads it).
@@ -197,10 +204,8 @@ def run_onnxruntime(path: str, example_input: Any, providers: list[str] | None =
     (both exporters' naming when no ``input_names`` are given), else in order, keyword arguments in
     ``forward``'s parameter order.
     """
-    import onnxruntime
-
     example = read_example(example_input)
-    session = onnxruntime.InferenceSession(path, providers=providers or ["CPUExecutionProvider"])
+    session = onnxruntime_session(path, providers)
     names = [i.name for i in session.get_inputs()]
     named = example.tensors_in_signature_order(forward) if forward is not None else [("", t) for t in example.tensors()]
     if forward is not None and len(named) != len(names):

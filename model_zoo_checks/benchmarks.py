@@ -39,6 +39,7 @@ from fxpool.exporting import exporter_reason
 from fxpool.planning import choose_plan, kronecker_cost
 from fxpool.replacements import averaging_matrix, kronecker_matrix, matmul_along
 
+from .options import DTYPES, add_device_options, device_and_dtypes, ort_sessions
 from .timing import side_by_side
 
 # (name, family, input shape, output size)
@@ -68,7 +69,6 @@ SHAPES: tuple[tuple[str, str, tuple[int, ...], tuple[int, ...]], ...] = (
 CONVERT_MODELS = ("resnet50", "efficientnet_b7", "regnet_y_32gf")
 KRONECKER_SIZES = ((5, 3), (4, 9), (5, 13), (6, 17), (7, 5), (9, 6), (10, 7), (12, 5), (13, 9), (14, 9), (17, 5),
                    (20, 7), (22, 6), (25, 7), (33, 6), (40, 6), (64, 6))
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 class SliceLoopPool(nn.Module):
@@ -128,8 +128,6 @@ def eager_case(family: str, shape: tuple[int, ...], output: tuple[int, ...], rep
 def onnx_case(family: str, shape: tuple[int, ...], output: tuple[int, ...], repeats: int,
               workdir: str) -> dict[str, Any]:
     """onnxruntime seconds of fxpool's graph and of the dynamo exporter's graph of the original."""
-    import onnxruntime
-
     x = torch.randn(shape)
     native = native_pool(family, output).eval()
     ours_path, theirs_path = f"{workdir}/ours.onnx", f"{workdir}/theirs.onnx"
@@ -141,7 +139,7 @@ def onnx_case(family: str, shape: tuple[int, ...], output: tuple[int, ...], repe
         paths.append(("dynamo_original", theirs_path))
     except Exception as error:  # e.g. adaptive max pooling at non-divisible sizes, 3d: ours runs alone
         row["dynamo_original_error"] = exporter_reason(error)
-    sessions = {name: onnxruntime.InferenceSession(p, providers=["CPUExecutionProvider"]) for name, p in paths}
+    sessions = ort_sessions(dict(paths))
     feeds = {name: {s.get_inputs()[0].name: x.numpy()} for name, s in sessions.items()}
     row.update({f"ort_{name}": t for name, t in side_by_side(
         {name: (lambda s=s, f=feeds[name]: s.run(None, f)) for name, s in sessions.items()}, repeats).items()})
@@ -285,29 +283,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sections", nargs="*", default=["pools", "convert", "kronecker", "longaxis"],
                         choices=["pools", "convert", "kronecker", "longaxis"])
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--device", default="cpu", help="cpu or cuda (pools section only)")
-    parser.add_argument("--dtypes", nargs="*", choices=list(DTYPES), default=None,
-                        help="default: float32 on cpu, all three on cuda")
+    add_device_options(parser, "cpu or cuda (pools section only)")
     parser.add_argument("--skip-onnx", action="store_true")
     parser.add_argument("--out", default="reports/bench.json")
     args = parser.parse_args(argv)
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        parser.error("--device cuda: no CUDA device is available")
-    dtypes = args.dtypes or (["float32"] if args.device == "cpu" else list(DTYPES))
+    device, dtypes = device_and_dtypes(parser, args)
     results: dict[str, Any] = {"torch": torch.__version__, "threads": torch.get_num_threads(), "repeats": args.repeats}
     if "pools" in args.sections:
         print("| case | fwd / native | fwd+bwd / native | slice-loop / fxpool (fwd+bwd) | ORT dynamo-original / fxpool "
               "| fwd / floor | native fwd / floor |\n|---|---|---|---|---|---|---|")
-        results["pools"] = pools_section(args.repeats, args.device, dtypes, not args.skip_onnx)
-    if "convert" in args.sections and args.device == "cpu":
+        results["pools"] = pools_section(args.repeats, device, dtypes, not args.skip_onnx)
+    if "convert" in args.sections and device == "cpu":
         print("\n| model | parameters | graph nodes | pools | forward s | convert s | convert / forward |\n"
               "|---|---|---|---|---|---|---|")
         results["convert"] = convert_section()
-    if "kronecker" in args.sections and args.device == "cpu":
+    if "kronecker" in args.sections and device == "cpu":
         print("\n| H→O (square) | Kronecker entries | fwd kron / separable | fwd+bwd kron / separable | chosen |\n"
               "|---|---|---|---|---|")
         results["kronecker"] = kronecker_section(args.repeats)
-    if "longaxis" in args.sections and args.device == "cpu":
+    if "longaxis" in args.sections and device == "cpu":
         print("\n| L→O (1d, C=16) | matrix keeps | gather keeps | fwd matrix / gather | fwd gather / native | chosen |\n"
               "|---|---|---|---|---|---|")
         results["longaxis"] = long_axis_section(args.repeats)

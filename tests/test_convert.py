@@ -107,12 +107,12 @@ def test_size_guard_names_node_and_fix_but_size_agnostic_pools_accept_any_size()
 def test_strict_raises_and_lists_what_would_be_left() -> None:
     with pytest.raises(UnconvertedPoolError, match="return_indices"):
         fxpool.convert(MaxAndIndices(), torch.randn(1, 3, 10, 10), strict=True)
-    report = fxpool.plan(MaxAndIndices(), torch.randn(1, 3, 10, 10))
+    report = fxpool.explain(MaxAndIndices(), torch.randn(1, 3, 10, 10))
     assert len(report.unconverted) == 1
 
 
 def test_plan_reports_without_returning_a_model() -> None:
-    report = fxpool.plan(EverySpelling().eval(), torch.randn(1, 3, 10, 10))
+    report = fxpool.explain(EverySpelling().eval(), torch.randn(1, 3, 10, 10))
     assert isinstance(report, fxpool.ConversionReport)
     assert len(report.records) == 15
     assert report.to_dict()["records"][0]["location"] == "module_2d"

@@ -391,7 +391,7 @@ class UntraceablePools(nn.Module):
 def test_the_report_says_which_left_pools_the_export_still_lowers_exactly_and_strict_tells_them_apart(
         tmp_path) -> None:
     x = torch.randn(1, 3, 10, 10)
-    report = fxpool.plan(UntraceablePools("avg"), x)
+    report = fxpool.explain(UntraceablePools("avg"), x)
     (left,) = report.unconverted
     assert left.export_translated and left.exports_exactly and not report.unexportable
     assert "1 of them exported exactly by fxpool's translations" in report.summary()
@@ -405,7 +405,7 @@ def test_the_report_says_which_left_pools_the_export_still_lowers_exactly_and_st
     with fxpool.onnx_export_hook(strict=True):
         torch.onnx.export(UntraceablePools("avg"), (x,), str(tmp_path / "hooked.onnx"), dynamo=False)
 
-    report = fxpool.plan(UntraceablePools("max"), x)
+    report = fxpool.explain(UntraceablePools("max"), x)
     assert not report.unconverted[0].export_translated and len(report.unexportable) == 1
     with pytest.raises(fxpool.UnconvertedPoolError, match="export would leave to the stock exporter"):
         fxpool.export(UntraceablePools("max"), x, tmp_path / "max.onnx", strict=True)

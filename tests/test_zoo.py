@@ -245,3 +245,32 @@ def test_the_timm_family_table_covers_every_family_with_a_pool() -> None:
     found = catalog.timm_suite.discover_families(catalog.holds_a_pool)
     assert set(found) == set(catalog.timm_suite.FAMILIES)
     assert all(model in found[family] for family, model in catalog.timm_suite.FAMILIES.items())
+
+
+def test_a_case_over_tolerance_fails_under_python_optimize(tmp_path) -> None:
+    # The verdicts are exceptions, not asserts: `python -O` strips asserts and must not turn a fail into a pass.
+    script = f"""
+from model_zoo_checks import zoo
+zoo.EAGER_TOLERANCE = {{"float32": -1.0}}
+case = zoo.check("squeezenet1_1", (1, 3, 64, 64), {str(tmp_path)!r}, ["dynamo"])
+print(case.status, case.reason)
+"""
+    run = subprocess.run([sys.executable, "-O", "-c", script], capture_output=True, text=True, timeout=300,
+                         cwd=Path(__file__).parent.parent)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("fail eager error 0 over -1"), run.stdout
+
+
+def test_a_model_that_cannot_be_built_is_a_failed_case_not_an_exception(tmp_path, monkeypatch) -> None:
+    def broken(name, shape):
+        raise RuntimeError("no such weights")
+
+    monkeypatch.setattr(zoo, "build", broken)
+    case = zoo.check("alexnet", (1, 3, 64, 64), str(tmp_path), ["dynamo"])
+    assert (case.status, case.reason) == ("fail", "the model cannot be built: RuntimeError: no such weights")
+    assert "Traceback" in case.details[0]
+
+
+def test_an_original_that_does_not_run_at_the_shape_is_skipped(tmp_path) -> None:
+    case = zoo.check("alexnet", (1, 3, 8, 8), str(tmp_path), ["dynamo"])  # its max pools shrink 8x8 to nothing
+    assert case.status == "skip" and case.reason.startswith("the original model does not run at (1, 3, 8, 8)")
