@@ -23,8 +23,9 @@ test: $(STAMP)  ## the default test run (slow sweeps left out)
 test-all: $(STAMP)  ## every test, slow sweeps included
 	$(PY) -m pytest -n 2 -q --runslow $(TEST_ARGS)
 
-lint: $(STAMP)  ## ruff (lint) over everything, mypy over the package
+lint: $(STAMP)  ## ruff (lint and format) over everything, mypy over the package
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
 bench: $(STAMP)  ## the benchmark suite (writes reports/bench.json)

@@ -145,14 +145,16 @@ def describe_module(module: nn.Module) -> PoolCall | None:
                 return None
             where = f"nn.{cls.__name__}"
             return PoolCall(
-                family, dims, where, "module",
+                family,
+                dims,
+                where,
+                "module",
                 normalize_output_size(module.output_size, dims, where),
                 return_indices=bool(getattr(module, "return_indices", False)),
             )
     if isinstance(module, nn.Upsample) and module.mode == "area" and not runs_own_forward(module, nn.Upsample):
         size = module.size
-        return PoolCall("avg", None, "nn.Upsample(mode='area')", "module",
-                        None if size is None else _as_tuple(size))
+        return PoolCall("avg", None, "nn.Upsample(mode='area')", "module", None if size is None else _as_tuple(size))
     return None
 
 
@@ -175,22 +177,35 @@ def describe_function(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) ->
             return None
         size = values.get("size")
         dynamic = size is not None and not _is_constant_size(size)
-        call = PoolCall("avg", None, form.op, "functional",
-                        None if size is None or dynamic else _as_tuple(size), dynamic_output_size=dynamic)
+        call = PoolCall(
+            "avg", None, form.op, "functional", None if size is None or dynamic else _as_tuple(size), dynamic_output_size=dynamic
+        )
         return call, values.get("input")
     size = values.get("output_size")
     if not _is_constant_size(size):
-        return PoolCall(form.family, form.spatial_dims, form.op, "functional", None,
-                        return_indices=form.always_indices, dynamic_output_size=True), values.get("input")
+        return PoolCall(
+            form.family,
+            form.spatial_dims,
+            form.op,
+            "functional",
+            None,
+            return_indices=form.always_indices,
+            dynamic_output_size=True,
+        ), values.get("input")
     return_indices = form.always_indices or (form.accepts_return_indices and bool(values.get("return_indices")))
-    call = PoolCall(form.family, form.spatial_dims, form.op, "functional",
-                    normalize_output_size(size, form.spatial_dims, form.op), return_indices=return_indices)
+    call = PoolCall(
+        form.family,
+        form.spatial_dims,
+        form.op,
+        "functional",
+        normalize_output_size(size, form.spatial_dims, form.op),
+        return_indices=return_indices,
+    )
     return call, values.get("input")
 
 
 _POOL_PARAMS = ("input", "output_size", "return_indices")
-_INTERPOLATE_PARAMS = ("input", "size", "scale_factor", "mode", "align_corners", "recompute_scale_factor",
-                       "antialias")
+_INTERPOLATE_PARAMS = ("input", "size", "scale_factor", "mode", "align_corners", "recompute_scale_factor", "antialias")
 
 
 def _bind(form: _FunctionForm, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -41,8 +41,12 @@ _DEFAULT_TOLERANCE = 1e-5
 CheckStatus = Literal["passed", "failed", "skipped", "inconclusive"]
 
 _NATIVE: dict[tuple[str, int], Callable[..., torch.Tensor]] = {
-    ("avg", 1): F.adaptive_avg_pool1d, ("avg", 2): F.adaptive_avg_pool2d, ("avg", 3): F.adaptive_avg_pool3d,
-    ("max", 1): F.adaptive_max_pool1d, ("max", 2): F.adaptive_max_pool2d, ("max", 3): F.adaptive_max_pool3d,
+    ("avg", 1): F.adaptive_avg_pool1d,
+    ("avg", 2): F.adaptive_avg_pool2d,
+    ("avg", 3): F.adaptive_avg_pool3d,
+    ("max", 1): F.adaptive_max_pool1d,
+    ("max", 2): F.adaptive_max_pool2d,
+    ("max", 3): F.adaptive_max_pool3d,
 }
 
 
@@ -89,8 +93,9 @@ class SelfCheck:
         return "; ".join(parts) + "".join(f"\n  undone: {action}" for action in self.actions)
 
     def with_actions(self, actions: tuple[str, ...]) -> SelfCheck:
-        return SelfCheck(self.status, self.compared, self.output_error, self.output_tolerance, self.replacements,
-                         self.mismatch, actions)
+        return SelfCheck(
+            self.status, self.compared, self.output_error, self.output_tolerance, self.replacements, self.mismatch, actions
+        )
 
 
 def self_check(converted: nn.Module, example: Example, reference: Any) -> SelfCheck:
@@ -110,13 +115,17 @@ def self_check(converted: nn.Module, example: Example, reference: Any) -> SelfCh
             try:
                 output = example.call(probe)
             except Exception as raised:  # the converted model failing where the original ran
-                return SelfCheck("failed", "the converted model on the example input",
-                                 replacements=tuple(checks),
-                                 mismatch=f"it raised {error_summary(raised)}")
+                return SelfCheck(
+                    "failed",
+                    "the converted model on the example input",
+                    replacements=tuple(checks),
+                    mismatch=f"it raised {error_summary(raised)}",
+                )
     mismatch, error, bound = compare_outputs(output, reference)
     status: CheckStatus = "failed" if mismatch or any(not c.passed for c in checks) else "passed"
-    return SelfCheck(status, "the converted model on the example input against the original's output",
-                     error, bound, tuple(checks), mismatch)
+    return SelfCheck(
+        status, "the converted model on the example input against the original's output", error, bound, tuple(checks), mismatch
+    )
 
 
 def _replacement_hook(checks: list[ReplacementCheck]):
@@ -140,12 +149,17 @@ def _replacement_hook(checks: list[ReplacementCheck]):
                 checks.append(ReplacementCheck(module.location, float("inf"), 0.0))
                 return
         if family == "max":
-            same = all(o.shape == expected.shape and torch.equal(o.isnan(), expected.isnan()) and bool(
-                (o.nan_to_num() == expected.nan_to_num()).all()) for o in outputs)
+            same = all(
+                o.shape == expected.shape
+                and torch.equal(o.isnan(), expected.isnan())
+                and bool((o.nan_to_num() == expected.nan_to_num()).all())
+                for o in outputs
+            )
             checks.append(ReplacementCheck(module.location, 0.0 if same else float("inf"), 0.0))
             return
         errors = [_tensor_error(o, expected) for o in outputs]
         checks.append(ReplacementCheck(module.location, max(e for e, _ in errors), errors[0][1]))
+
     return hook
 
 
@@ -159,8 +173,11 @@ def compare_outputs(ours: Any, theirs: Any) -> tuple[str | None, float, float]:
     for index, (a, b) in enumerate(zip(our_leaves, their_leaves)):
         if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
             if a.shape != b.shape or a.dtype != b.dtype:
-                return (f"output {index} is {a.dtype} {tuple(a.shape)} but the original gives "
-                        f"{b.dtype} {tuple(b.shape)}"), float("inf"), 0.0
+                return (
+                    (f"output {index} is {a.dtype} {tuple(a.shape)} but the original gives {b.dtype} {tuple(b.shape)}"),
+                    float("inf"),
+                    0.0,
+                )
             error, bound = _tensor_error(a, b)
             if error > bound:
                 return f"output {index} differs by {error:.3g} (allowed {bound:.3g})", error, bound
@@ -192,4 +209,3 @@ def _plain_equal(a: Any, b: Any) -> bool:
         return bool(a == b)
     except Exception:  # objects whose == raises or is ambiguous
         return a is b
-

@@ -46,8 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     export.add_argument("--dynamic-batch", action="store_true", help="make axis 0 of the input dynamic")
     export.add_argument("--no-verify", action="store_true", help="skip onnx.checker and onnxruntime")
 
-    zoo = commands.add_parser("zoo", help="run the torchvision model-zoo sweep (model_zoo_checks)",
-                              add_help=False)
+    zoo = commands.add_parser("zoo", help="run the torchvision model-zoo sweep (model_zoo_checks)", add_help=False)
     zoo.add_argument("rest", nargs=argparse.REMAINDER)
 
     parser.add_argument("--debug", action="store_true", help="show the full traceback of fxpool's errors")
@@ -60,9 +59,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             from model_zoo_checks import zoo as zoo_module
         except ImportError:
-            print("fxpool zoo: the model-zoo sweep (model_zoo_checks/) ships with the source checkout, not with the "
-                  "installed package. Clone the repository and run `make zoo` there (or `python -m model_zoo_checks.zoo` "
-                  "from its root); `fxpool inspect` and `fxpool export` work anywhere.", file=sys.stderr)
+            print(
+                "fxpool zoo: the model-zoo sweep (model_zoo_checks/) ships with the source checkout, not with the "
+                "installed package. Clone the repository and run `make zoo` there (or `python -m model_zoo_checks.zoo` "
+                "from its root); `fxpool inspect` and `fxpool export` work anywhere.",
+                file=sys.stderr,
+            )
             return 2
         return zoo_module.main(args.rest)
     try:
@@ -91,8 +93,7 @@ def _run(args: argparse.Namespace, model: nn.Module) -> int:
             return 1
         return 0
 
-    options: dict[str, Any] = {"dynamo": args.exporter == "dynamo", "input_names": ["input"],
-                                  "output_names": ["output"]}
+    options: dict[str, Any] = {"dynamo": args.exporter == "dynamo", "input_names": ["input"], "output_names": ["output"]}
     if args.opset is not None:
         options["opset_version"] = args.opset
     if args.dynamic_batch or args.dynamic_hw:
@@ -101,13 +102,22 @@ def _run(args: argparse.Namespace, model: nn.Module) -> int:
             options["dynamic_shapes"] = ({a: torch.export.Dim.AUTO for a in axes},)
         else:
             options["dynamic_axes"] = {"input": {a: f"d{a}" for a in axes}}
-    result = fxpool.export(model, example, args.output, verify=not args.no_verify, dynamic=args.dynamic_hw,
-                           strict=args.strict, **options)
-    summary = {"path": result.path, "ops": result.op_histogram, "max_abs_error": result.max_abs_error,
-               "report": result.report.to_dict() if args.json else result.report.summary()}
-    print(json.dumps(summary, indent=2) if args.json else (
-        f"{result.report}\nwrote {result.path}\nops: {result.op_histogram}\n"
-        f"onnxruntime max abs error: {result.max_abs_error}"))
+    result = fxpool.export(
+        model, example, args.output, verify=not args.no_verify, dynamic=args.dynamic_hw, strict=args.strict, **options
+    )
+    summary = {
+        "path": result.path,
+        "ops": result.op_histogram,
+        "max_abs_error": result.max_abs_error,
+        "report": result.report.to_dict() if args.json else result.report.summary(),
+    }
+    print(
+        json.dumps(summary, indent=2)
+        if args.json
+        else (
+            f"{result.report}\nwrote {result.path}\nops: {result.op_histogram}\nonnxruntime max abs error: {result.max_abs_error}"
+        )
+    )
     return 0
 
 

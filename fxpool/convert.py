@@ -46,8 +46,14 @@ from .report import REPORT_ATTRIBUTE, ConversionReport, PoolRecord
 MAX_CHECK_ROUNDS = 16
 
 
-def convert(model: nn.Module, example_input: Any, *, example_kwargs: Mapping[str, Any] | None = None,
-            strict: bool = False, dynamic: bool = False) -> nn.Module:
+def convert(
+    model: nn.Module,
+    example_input: Any,
+    *,
+    example_kwargs: Mapping[str, Any] | None = None,
+    strict: bool = False,
+    dynamic: bool = False,
+) -> nn.Module:
     """Return a model that computes the same function with every adaptive pool replaced exactly.
 
     ``example_input`` and ``example_kwargs`` are read as ``torch.onnx.export`` reads ``args`` and
@@ -90,18 +96,23 @@ def enforce_strict(report: ConversionReport, *, for_export: bool) -> None:
     left = report.unexportable if for_export else report.unconverted
     if left:
         translated = len(report.unconverted) - len(report.unexportable)
-        note = ("" if for_export or not translated else
-                f"\n{translated} of them are average pools that fxpool.export and onnx_export_hook lower exactly at "
-                f"export time, so strict=True there accepts them; here strict asks for every pool replaced in eager.")
+        note = (
+            ""
+            if for_export or not translated
+            else f"\n{translated} of them are average pools that fxpool.export and onnx_export_hook lower exactly at "
+            f"export time, so strict=True there accepts them; here strict asks for every pool replaced in eager."
+        )
         what = "the export would leave to the stock exporter" if for_export else "would be left to PyTorch"
-        raise UnconvertedPoolError(f"strict=True and {len(left)} adaptive pool(s) {what}:\n"
-                                   + ConversionReport(left).table() + note)
+        raise UnconvertedPoolError(
+            f"strict=True and {len(left)} adaptive pool(s) {what}:\n" + ConversionReport(left).table() + note
+        )
     if report.check is not None and (report.check.actions or report.check.status not in ("passed", "skipped")):
         raise SelfCheckError(f"strict=True and the self-check did not pass at once: {report.check.summary()}")
 
 
-def explain(model: nn.Module, example_input: Any, *, example_kwargs: Mapping[str, Any] | None = None,
-            dynamic: bool = False) -> ConversionReport:
+def explain(
+    model: nn.Module, example_input: Any, *, example_kwargs: Mapping[str, Any] | None = None, dynamic: bool = False
+) -> ConversionReport:
     """The report ``convert`` would produce (every pool, its replacement and why), without the converted model."""
     return _convert(model, read_example(example_input, example_kwargs), dynamic)[1]
 
@@ -111,7 +122,8 @@ def _convert(model: nn.Module, example: Example, dynamic: bool) -> tuple[nn.Modu
         raise UnsupportedModelError(
             f"fxpool.convert got a TorchScript module ({type(model).__name__}); TorchScript code cannot be "
             f"traced or rewritten. Pass the Python nn.Module you scripted (before torch.jit.script/trace), "
-            f"and script the converted model if you need TorchScript.")
+            f"and script the converted model if you need TorchScript."
+        )
     if not isinstance(model, nn.Module):
         raise TypeError(f"fxpool.convert needs an nn.Module, got {type(model).__name__}")
     with LOCK:  # the example runs fork the global RNGs and torch.fx patches nn.Module while it traces
@@ -121,8 +133,9 @@ def _convert(model: nn.Module, example: Example, dynamic: bool) -> tuple[nn.Modu
         deterministic: bool | None = None  # asked once, at the first whole-model mismatch
         for _ in range(MAX_CHECK_ROUNDS):
             applied = tuple(undo.actions)
-            conversion = _Conversion(recording, dynamic, undo, _fallback_device(model),
-                                     unpassed_none_defaults(model, example.args, example.kwargs))
+            conversion = _Conversion(
+                recording, dynamic, undo, _fallback_device(model), unpassed_none_defaults(model, example.args, example.kwargs)
+            )
             copy = structural_copy(model)
             conversion.paths = module_paths(copy)
             converted = conversion.module(copy, "")
@@ -139,12 +152,15 @@ def _convert(model: nn.Module, example: Example, dynamic: bool) -> tuple[nn.Modu
                 break
             if not undo.learn(check, conversion):
                 break  # nothing left to undo: the last conversion stands, its check says failed
-    report = ConversionReport(tuple(conversion.records), tuple(conversion.traced), tuple(conversion.untraceable),
-                              check)
+    report = ConversionReport(tuple(conversion.records), tuple(conversion.traced), tuple(conversion.untraceable), check)
     previous = getattr(model, REPORT_ATTRIBUTE, None)
     if isinstance(previous, ConversionReport):  # converting a converted model: what was done before stays on record
-        report = ConversionReport(previous.records + report.records, previous.traced + report.traced,
-                                  previous.untraceable + report.untraceable, report.check)
+        report = ConversionReport(
+            previous.records + report.records,
+            previous.traced + report.traced,
+            previous.untraceable + report.untraceable,
+            report.check,
+        )
     return converted, report
 
 
@@ -153,9 +169,15 @@ def _unchanged_check() -> SelfCheck:
 
 
 def _inconclusive(check: SelfCheck) -> SelfCheck:
-    return SelfCheck("inconclusive", check.compared, check.output_error, check.output_tolerance, check.replacements,
-                     (check.mismatch or "") + "; the original itself gives other outputs on a second run of the "
-                     "example (it is not deterministic), so the comparison cannot decide")
+    return SelfCheck(
+        "inconclusive",
+        check.compared,
+        check.output_error,
+        check.output_tolerance,
+        check.replacements,
+        (check.mismatch or "") + "; the original itself gives other outputs on a second run of the "
+        "example (it is not deterministic), so the comparison cannot decide",
+    )
 
 
 def _nondeterministic(model: nn.Module, example: Example, recording: Recording) -> bool:
@@ -183,8 +205,10 @@ class _Undo:
         """Record what to undo after a failed check; False when nothing is left to undo."""
         if check.failed_replacements:
             for failed in check.failed_replacements:
-                why = (f"self-check: this replacement differed from the native pool by {failed.max_error:.3g} "
-                       f"(allowed {failed.tolerance:.3g}), so it was undone")
+                why = (
+                    f"self-check: this replacement differed from the native pool by {failed.max_error:.3g} "
+                    f"(allowed {failed.tolerance:.3g}), so it was undone"
+                )
                 self.replacements[failed.location] = why
                 self.actions.append(f"{failed.location}: {why}")
             return True
@@ -194,16 +218,20 @@ class _Undo:
             # is the original's function rather than a conversion known to differ.
             left = [r.location for r in conversion.records if r.converted and r.location not in self.replacements]
             for location in left:
-                why = (f"self-check: the converted model differed from the original ({check.mismatch}) and no "
-                       f"single replacement or trace could be blamed, so every replacement was undone")
+                why = (
+                    f"self-check: the converted model differed from the original ({check.mismatch}) and no "
+                    f"single replacement or trace could be blamed, so every replacement was undone"
+                )
                 self.replacements[location] = why
                 self.actions.append(f"{location}: {why}")
             return bool(left)
         outermost = min(name.count(".") + bool(name) for name in blamed)
         for name in blamed:
             if name.count(".") + bool(name) == outermost:
-                why = (f"self-check: traced as one graph, the model's output differed from the original "
-                       f"({check.mismatch}), so it was converted below instead")
+                why = (
+                    f"self-check: traced as one graph, the model's output differed from the original "
+                    f"({check.mismatch}), so it was converted below instead"
+                )
                 self.traces[name] = why
                 self.actions.append(f"{name or '<root>'}: {why}")
         return True
@@ -212,8 +240,9 @@ class _Undo:
 class _Conversion:
     """Walks the module tree top-down, converting the largest parts that trace."""
 
-    def __init__(self, recording: Recording, dynamic: bool, undo: _Undo, fallback_device: torch.device,
-                 root_unpassed: tuple[str, ...]) -> None:
+    def __init__(
+        self, recording: Recording, dynamic: bool, undo: _Undo, fallback_device: torch.device, root_unpassed: tuple[str, ...]
+    ) -> None:
         self.recording = recording
         self.root_unpassed = root_unpassed
         self.dynamic = dynamic
@@ -253,8 +282,9 @@ class _Conversion:
             return self._descend(module, name, error_summary(error), events)
         return self._graph(module, traced.graph_module, traced.opaque_leaves, name, events)
 
-    def _graph(self, module: nn.Module, gm: fx.GraphModule, opaque: tuple[str, ...], name: str,
-               events: list[PoolEvent]) -> nn.Module:
+    def _graph(
+        self, module: nn.Module, gm: fx.GraphModule, opaque: tuple[str, ...], name: str, events: list[PoolEvent]
+    ) -> nn.Module:
         inside_opaque = {id(e) for leaf in opaque for e in self.recording.within(_join(name, leaf))}
         events = [e for e in events if id(e) not in inside_opaque]
         nodes = pool_nodes(gm)
@@ -320,27 +350,49 @@ class _Conversion:
                 setattr(module, child_name, new)
         direct = [e for e in events if e.module_name is None and e.innermost == name]
         for k, event in enumerate(direct):
-            self.records.append(_record(event.call, event, f"{name or '<root>'}:{event.call.op}#{k}", PoolDecision(
-                "left", f"functional call inside the forward of {name or 'the model'}, which torch.fx cannot "
-                        f"trace ({why}); move the call into a submodule, or make that forward traceable")))
+            self.records.append(
+                _record(
+                    event.call,
+                    event,
+                    f"{name or '<root>'}:{event.call.op}#{k}",
+                    PoolDecision(
+                        "left",
+                        f"functional call inside the forward of {name or 'the model'}, which torch.fx cannot "
+                        f"trace ({why}); move the call into a submodule, or make that forward traceable",
+                    ),
+                )
+            )
         return module
 
     def _scripted(self, module: torch.jit.ScriptModule, name: str) -> None:
         for sub_name, sub in module.named_modules():
             if getattr(sub, "original_name", None) in POOL_CLASS_NAMES:
-                self.records.append(PoolRecord(
-                    location=_join(name, sub_name) or "<root>", form="module", op=f"nn.{sub.original_name}",
-                    input_shape=None, output_size="?", output_shape=None, converted=False,
-                    replacement="left to PyTorch",
-                    reason="inside a TorchScript (torch.jit.script) submodule, which fxpool can neither see into "
-                           "nor rewrite; script it after converting instead",
-                    export_translated=sub.original_name.startswith("AdaptiveAvg"),
-                    family="avg" if sub.original_name.startswith("AdaptiveAvg") else "max",
-                ))
+                self.records.append(
+                    PoolRecord(
+                        location=_join(name, sub_name) or "<root>",
+                        form="module",
+                        op=f"nn.{sub.original_name}",
+                        input_shape=None,
+                        output_size="?",
+                        output_shape=None,
+                        converted=False,
+                        replacement="left to PyTorch",
+                        reason="inside a TorchScript (torch.jit.script) submodule, which fxpool can neither see into "
+                        "nor rewrite; script it after converting instead",
+                        export_translated=sub.original_name.startswith("AdaptiveAvg"),
+                        family="avg" if sub.original_name.startswith("AdaptiveAvg") else "max",
+                    )
+                )
 
     def _decide(self, call: PoolCall, events: Sequence[PoolEvent], location: str) -> nn.Module | None:
-        decision = decide(call, events, location, dynamic=self.dynamic, fallback_device=self.fallback_device,
-                          undone=self.undo.replacements.get(location))
+        decision = decide(
+            call,
+            events,
+            location,
+            dynamic=self.dynamic,
+            fallback_device=self.fallback_device,
+            undone=self.undo.replacements.get(location),
+        )
         self.records.append(decision.record)
         return decision.replacement
 
@@ -353,8 +405,15 @@ class Decision:
     replacement: nn.Module | None
 
 
-def decide(call: PoolCall, events: Sequence[PoolEvent], location: str, *, dynamic: bool,
-           fallback_device: torch.device, undone: str | None = None) -> Decision:
+def decide(
+    call: PoolCall,
+    events: Sequence[PoolEvent],
+    location: str,
+    *,
+    dynamic: bool,
+    fallback_device: torch.device,
+    undone: str | None = None,
+) -> Decision:
     """Decide one pool seen in ``events`` (one per run): planning's guards and rules, then its module.
 
     ``undone`` is why an earlier round of the self-check undid this pool's replacement.
@@ -366,20 +425,23 @@ def decide(call: PoolCall, events: Sequence[PoolEvent], location: str, *, dynami
         return Decision(record, None)
     plan = decision.plan
     if decision.action == "dynamic":
-        sizes = _requested_sizes(call, event, location) or event.output_shape[-event.spatial_dims:]
+        sizes = _requested_sizes(call, event, location) or event.output_shape[-event.spatial_dims :]
         pool_class = DynamicAdaptiveAvgPool if plan.family == "avg" else DynamicAdaptiveMaxPool
         replacement: nn.Module = pool_class(sizes, location=location)
     else:
         device = fallback_device if event.device.type == "meta" else event.device
         weight_dtype = torch.float64 if event.dtype == torch.float64 else torch.float32
-        replacement = ExactAdaptivePool(plan, location, weight_dtype, device,
-                                        batched=len(event.input_shape) == event.spatial_dims + 2)
+        replacement = ExactAdaptivePool(
+            plan, location, weight_dtype, device, batched=len(event.input_shape) == event.spatial_dims + 2
+        )
     replacement.train(False)  # replacements hold no training-dependent state; keep them out of train mode
     return Decision(record, replacement)
 
 
-_DYNAMIC_DESCRIPTIONS = {"avg": "dynamic matmul (windows from the runtime size)",
-                         "max": "dynamic masked max (windows from the runtime size)"}
+_DYNAMIC_DESCRIPTIONS = {
+    "avg": "dynamic matmul (windows from the runtime size)",
+    "max": "dynamic masked max (windows from the runtime size)",
+}
 
 
 def _requested_sizes(call: PoolCall, event: PoolEvent, location: str) -> tuple[int | None, ...] | None:
@@ -395,8 +457,11 @@ def _sighting(call: PoolCall, events: Sequence[PoolEvent], location: str) -> Poo
         return PoolSighting(call.family, (), None, call.return_indices, call.dynamic_output_size)
     dims = events[0].spatial_dims
     return PoolSighting(
-        call.family, tuple((e.input_shape[-dims:], e.output_shape[-dims:]) for e in events),
-        _requested_sizes(call, events[0], location), call.return_indices, call.dynamic_output_size,
+        call.family,
+        tuple((e.input_shape[-dims:], e.output_shape[-dims:]) for e in events),
+        _requested_sizes(call, events[0], location),
+        call.return_indices,
+        call.dynamic_output_size,
         events[0].quantized,
     )
 
@@ -412,15 +477,22 @@ def _record(call: PoolCall, event: PoolEvent | None, location: str, decision: Po
         replacement, kind = plan.describe(), plan.kind
     output_size = call.requested
     if call.output_size is None and not call.dynamic_output_size and event is not None:
-        output_size = f"scale_factor: {event.output_shape[-event.spatial_dims:]}"
+        output_size = f"scale_factor: {event.output_shape[-event.spatial_dims :]}"
     return PoolRecord(
-        location=location, form=call.form, op=call.op, input_shape=None if event is None else event.input_shape,
-        output_size=output_size, output_shape=None if event is None else event.output_shape,
-        converted=converted, replacement=replacement, reason=decision.reason,
+        location=location,
+        form=call.form,
+        op=call.op,
+        input_shape=None if event is None else event.input_shape,
+        output_size=output_size,
+        output_shape=None if event is None else event.output_shape,
+        converted=converted,
+        replacement=replacement,
+        reason=decision.reason,
         size_agnostic=decision.action == "dynamic" or (plan is not None and converted and plan.size_agnostic),
         source=None if event is None else event.source,
         export_translated=not converted and call.family == "avg" and not (event is not None and event.quantized),
-        family=call.family, kind=kind,
+        family=call.family,
+        kind=kind,
     )
 
 
@@ -438,11 +510,12 @@ def _mismatch(nodes: list, runs: list[list[PoolEvent]]) -> str | None:
     for run in runs:
         seen = [event.call.op for event in run]
         if seen != expected:
-            return (f"the traced graph has pools {expected} but the example run called {seen}; "
-                    f"the forward takes a different path when traced")
+            return (
+                f"the traced graph has pools {expected} but the example run called {seen}; "
+                f"the forward takes a different path when traced"
+            )
     return None
 
 
 def _join(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix else name
-

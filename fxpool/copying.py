@@ -20,10 +20,18 @@ from torch import fx, nn
 
 # Every per-module hook dict of nn.Module, forward and backward, state-dict hooks included.
 HOOK_DICTS = (
-    "_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
-    "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs",
-    "_backward_hooks", "_backward_pre_hooks", "_is_full_backward_hook",
-    "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks",
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+    "_is_full_backward_hook",
+    "_state_dict_hooks",
+    "_state_dict_pre_hooks",
+    "_load_state_dict_pre_hooks",
+    "_load_state_dict_post_hooks",
 )
 # The hooks that change what a call computes or observes (state-dict hooks do not).
 CALL_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
@@ -66,8 +74,9 @@ def _copy(module: nn.Module, clone_buffers: bool, memo: dict[int, nn.Module]) ->
         # Hook dicts, the buffer-name set and friends would otherwise be shared with the original.
         if isinstance(value, (dict, set, list)):
             state[name] = value.copy()
-    state["_modules"] = {name: None if child is None else _copy(child, clone_buffers, memo)
-                         for name, child in module._modules.items()}
+    state["_modules"] = {
+        name: None if child is None else _copy(child, clone_buffers, memo) for name, child in module._modules.items()
+    }
     if clone_buffers:
         state["_buffers"] = {name: None if b is None else b.detach().clone() for name, b in module._buffers.items()}
     graph = graph_of(module)

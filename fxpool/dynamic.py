@@ -34,8 +34,7 @@ def runtime_window_mask(length: torch.Tensor | int, out_size: int, device: torch
     return ((cols + 1) * out_size > rows * length) & (cols * out_size < (rows + 1) * length)
 
 
-def runtime_averaging_matrix(length: torch.Tensor | int, out_size: int, dtype: torch.dtype,
-                             device: torch.device) -> torch.Tensor:
+def runtime_averaging_matrix(length: torch.Tensor | int, out_size: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """The (out_size x length) averaging matrix, built from ops that trace with a symbolic length."""
     weights = runtime_window_mask(length, out_size, device).to(dtype)
     return weights / weights.sum(dim=1, keepdim=True)

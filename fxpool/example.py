@@ -37,8 +37,9 @@ class Example:
         """Every tensor of the example, positional arguments first, in ``torch.onnx``'s flattening order."""
         return [leaf for leaf in tree_leaves((self.args, dict(self.kwargs))) if isinstance(leaf, torch.Tensor)]
 
-    def tensors_in_signature_order(self, function: Callable[..., Any], *,
-                                   defaults_as_inputs: bool = False) -> list[tuple[str, torch.Tensor]]:
+    def tensors_in_signature_order(
+        self, function: Callable[..., Any], *, defaults_as_inputs: bool = False
+    ) -> list[tuple[str, torch.Tensor]]:
         """Each tensor with the name of the parameter it is passed as, in ``function``'s parameter order.
 
         Both ONNX exporters order keyword arguments by the signature, not by the dict; a parameter

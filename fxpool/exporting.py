@@ -51,9 +51,18 @@ class ExportResult:
     max_rel_error: float | None
 
 
-def export(model: nn.Module, example_input: Any, f: str | os.PathLike[str] | BinaryIO, *, verify: bool = True,
-           dynamic: bool = False, strict: bool = False, rtol: float = 1e-4, atol: float = 1e-5,
-           **kwargs: Any) -> ExportResult:
+def export(
+    model: nn.Module,
+    example_input: Any,
+    f: str | os.PathLike[str] | BinaryIO,
+    *,
+    verify: bool = True,
+    dynamic: bool = False,
+    strict: bool = False,
+    rtol: float = 1e-4,
+    atol: float = 1e-5,
+    **kwargs: Any,
+) -> ExportResult:
     """Convert ``model`` and export it to ONNX at ``f``; ``kwargs`` go to ``torch.onnx.export``.
 
     Like ``torch.onnx.export``, the model is exported in eval mode unless ``training`` says
@@ -70,8 +79,10 @@ def export(model: nn.Module, example_input: Any, f: str | os.PathLike[str] | Bin
     example = read_example(example_input, kwargs.pop("kwargs", None))
     train = _exports_in_train_mode(model, kwargs)
     if train and verify:
-        raise ValueError("training=TrainingMode.TRAINING exports the model in train mode, where dropout and "
-                         "batch statistics make onnxruntime and PyTorch disagree by design; pass verify=False")
+        raise ValueError(
+            "training=TrainingMode.TRAINING exports the model in train mode, where dropout and "
+            "batch statistics make onnxruntime and PyTorch disagree by design; pass verify=False"
+        )
     reference = structural_copy(model, clone_buffers=True).train(train)
     converted = convert(reference, example, dynamic=dynamic)
     if strict:
@@ -94,18 +105,24 @@ def export(model: nn.Module, example_input: Any, f: str | os.PathLike[str] | Bin
     return _export_file(converted, reference, example, path, verify, rtol, atol, kwargs)
 
 
-def _export_file(converted: nn.Module, reference: nn.Module, example: Example, path: str, verify: bool,
-                 rtol: float, atol: float, kwargs: dict[str, Any]) -> ExportResult:
+def _export_file(
+    converted: nn.Module,
+    reference: nn.Module,
+    example: Example,
+    path: str,
+    verify: bool,
+    rtol: float,
+    atol: float,
+    kwargs: dict[str, Any],
+) -> ExportResult:
     kwargs.setdefault("verbose", False)  # the dynamo exporter prints its progress unless told not to
     try:
         with warnings.catch_warnings(), _quiet_loggers(_EXPORTER_LOGGERS):  # the exporters' notices on every call
             warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
-            warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export",
-                                    category=DeprecationWarning)
+            warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export", category=DeprecationWarning)
             # Keyword arguments as a trailing dict: both exporters read it so, and it keeps a dict that
             # is the last positional argument from being taken for them.
-            _export_with_translations(torch.onnx.export, converted, example.args + (dict(example.kwargs),), path,
-                                      **kwargs)
+            _export_with_translations(torch.onnx.export, converted, example.args + (dict(example.kwargs),), path, **kwargs)
     except FxpoolError:
         raise
     except Exception as error:  # the exporters' errors have no common base class
@@ -155,13 +172,17 @@ def export_failure(error: BaseException, report: ConversionReport) -> str:
     """Why an export of a converted model failed: the exporter's own reason, and the report."""
     reason = exporter_reason(error)
     if report.unexportable:
-        return (f"torch.onnx.export failed ({reason}). fxpool left "
-                f"{len(report.unexportable)} adaptive pool(s) to the stock exporter, marked (!) below with why; "
-                f"that is the likely cause.\n{report}")
-    return (f"torch.onnx.export failed ({reason}). fxpool converted or lowers every "
-            f"adaptive pool, so the cause lies elsewhere in the model; the exporter's full error is chained "
-            f"to this one (the CLI shows it with --debug).\n"
-            f"{report.summary()}")
+        return (
+            f"torch.onnx.export failed ({reason}). fxpool left "
+            f"{len(report.unexportable)} adaptive pool(s) to the stock exporter, marked (!) below with why; "
+            f"that is the likely cause.\n{report}"
+        )
+    return (
+        f"torch.onnx.export failed ({reason}). fxpool converted or lowers every "
+        f"adaptive pool, so the cause lies elsewhere in the model; the exporter's full error is chained "
+        f"to this one (the CLI shows it with --debug).\n"
+        f"{report.summary()}"
+    )
 
 
 def _exports_in_train_mode(model: nn.Module, kwargs: dict[str, Any]) -> bool:
@@ -182,6 +203,7 @@ def op_histogram(path: str) -> dict[str, int]:
             for attribute in node.attribute:
                 if attribute.type == onnx.AttributeProto.GRAPH:
                     walk(attribute.g)
+
     walk(model.graph)
     for function in model.functions:
         for node in function.node:
@@ -196,8 +218,9 @@ def onnxruntime_session(path: str, providers: list[str] | None = None) -> Any:
     return onnxruntime.InferenceSession(path, providers=providers or ["CPUExecutionProvider"])
 
 
-def run_onnxruntime(path: str, example_input: Any, providers: list[str] | None = None, *,
-                    forward: Callable[..., Any] | None = None) -> list[Any]:
+def run_onnxruntime(
+    path: str, example_input: Any, providers: list[str] | None = None, *, forward: Callable[..., Any] | None = None
+) -> list[Any]:
     """Outputs of the ONNX graph at ``path`` on the tensors of ``example_input`` (read as ``convert`` reads it).
 
     Graph inputs are fed by name where every one is named after a tensor argument of ``forward``
@@ -218,14 +241,15 @@ def run_onnxruntime(path: str, example_input: Any, providers: list[str] | None =
         feeds = {name: by_name[parameter] for name, parameter in parameters.items()}
     else:
         if len(names) != len(named):
-            raise ValueError(f"the graph has {len(names)} inputs ({', '.join(names)}) but the example "
-                             f"{example.describe()} holds {len(named)} tensors")
+            raise ValueError(
+                f"the graph has {len(names)} inputs ({', '.join(names)}) but the example "
+                f"{example.describe()} holds {len(named)} tensors"
+            )
         feeds = {name: tensor for name, (_, tensor) in zip(names, named)}
     return session.run(None, {name: t.detach().cpu().numpy() for name, t in feeds.items()})
 
 
-def verify_onnx(path: str, model: nn.Module, example_input: Any, *, rtol: float = 1e-4,
-                atol: float = 1e-5) -> tuple[float, float]:
+def verify_onnx(path: str, model: nn.Module, example_input: Any, *, rtol: float = 1e-4, atol: float = 1e-5) -> tuple[float, float]:
     """Check the file and compare onnxruntime with ``model`` on the example; returns (max abs, max rel) error.
 
     An output passes where ``|ort - torch| <= atol * scale + rtol * |torch|`` elementwise, with
@@ -242,17 +266,20 @@ def verify_onnx(path: str, model: nn.Module, example_input: Any, *, rtol: float 
     except Exception as error:
         raise ExportVerificationError(_set_aside_failed_graph(path, f"the exported graph does not load or run: {error}")) from error
     with LOCK, example_run(example):
-        expected = [t for t in tree_leaves(example.call(structural_copy(model, clone_buffers=True)))
-                    if isinstance(t, torch.Tensor)]
+        expected = [t for t in tree_leaves(example.call(structural_copy(model, clone_buffers=True))) if isinstance(t, torch.Tensor)]
     if len(expected) != len(outputs):
-        raise ExportVerificationError(_set_aside_failed_graph(
-            path, f"onnxruntime gave {len(outputs)} outputs, PyTorch {len(expected)}"))
+        raise ExportVerificationError(
+            _set_aside_failed_graph(path, f"onnxruntime gave {len(outputs)} outputs, PyTorch {len(expected)}")
+        )
     worst_abs = worst_rel = 0.0
     for index, (ours, theirs) in enumerate(zip(outputs, expected)):
         got = torch.from_numpy(ours).to(theirs.dtype)
         if got.shape != theirs.shape:
-            raise ExportVerificationError(_set_aside_failed_graph(
-                path, f"output {index}: shape {tuple(got.shape)} from onnxruntime, {tuple(theirs.shape)} from PyTorch"))
+            raise ExportVerificationError(
+                _set_aside_failed_graph(
+                    path, f"output {index}: shape {tuple(got.shape)} from onnxruntime, {tuple(theirs.shape)} from PyTorch"
+                )
+            )
         if not theirs.numel():
             continue
         diff = (got.double() - theirs.double()).abs()
@@ -260,9 +287,13 @@ def verify_onnx(path: str, model: nn.Module, example_input: Any, *, rtol: float 
         worst_rel = max(worst_rel, (diff / theirs.double().abs().clamp_min(atol)).max().item())
         scale = max(1.0, theirs.double().abs().max().item())
         if not torch.allclose(got.double(), theirs.double(), rtol=rtol, atol=atol * scale):
-            raise ExportVerificationError(_set_aside_failed_graph(
-                path, f"output {index}: onnxruntime differs from PyTorch by up to {diff.max().item():.3g} "
-                      f"(rtol={rtol}, atol={atol} x output scale {scale:.3g})"))
+            raise ExportVerificationError(
+                _set_aside_failed_graph(
+                    path,
+                    f"output {index}: onnxruntime differs from PyTorch by up to {diff.max().item():.3g} "
+                    f"(rtol={rtol}, atol={atol} x output scale {scale:.3g})",
+                )
+            )
     return worst_abs, worst_rel
 
 
@@ -283,12 +314,14 @@ def refuse_dynamic_spatial_axes_for(converted: nn.Module, kwargs: dict[str, Any]
 
 def _refuse_dynamic_spatial_axes(kwargs: dict[str, Any], specialised: list[str]) -> None:
     where = ", ".join(specialised[:3]) + (f" and {len(specialised) - 3} more" if len(specialised) > 3 else "")
-    message = ("{what} makes spatial axis {axis} of input {name!r} dynamic, but the converted graph is "
-               f"specialised to the example's size ({where}) and would compute wrong results at others; "
-               "convert with dynamic=True (fxpool.export(..., dynamic=True), onnx_export_hook(dynamic=True)) "
-               "for a graph exact at every size, or keep spatial axes static")
+    message = (
+        "{what} makes spatial axis {axis} of input {name!r} dynamic, but the converted graph is "
+        f"specialised to the example's size ({where}) and would compute wrong results at others; "
+        "convert with dynamic=True (fxpool.export(..., dynamic=True), onnx_export_hook(dynamic=True)) "
+        "for a graph exact at every size, or keep spatial axes static"
+    )
     for name, axes in (kwargs.get("dynamic_axes") or {}).items():
-        for axis in (axes.keys() if isinstance(axes, dict) else axes):
+        for axis in axes.keys() if isinstance(axes, dict) else axes:
             if axis >= 2 or axis < 0:
                 raise ValueError(message.format(what="dynamic_axes", axis=axis, name=name))
     shapes = kwargs.get("dynamic_shapes")
@@ -325,8 +358,7 @@ def _export_with_translations(export_fn: Any, model: Any, args: Any, f: Any, *re
         if isinstance(model, torch.fx.GraphModule):
             model = _Exported(model)
     else:
-        kwargs["custom_translation_table"] = {**dynamo_translation_table(),
-                                              **(kwargs.get("custom_translation_table") or {})}
+        kwargs["custom_translation_table"] = {**dynamo_translation_table(), **(kwargs.get("custom_translation_table") or {})}
     with LOCK, exporter_translations():  # the symbolic registry is process-wide
         return export_fn(model, args, f, *rest, **kwargs)
 

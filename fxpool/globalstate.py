@@ -31,8 +31,7 @@ class ExportBranchError(Exception):
 def _make_stand_in(original: Callable[[], bool]) -> Callable[[], bool]:
     def is_in_onnx_export() -> bool:
         if getattr(_refusing, "depth", 0):
-            raise ExportBranchError(
-                "the code branches on torch.onnx.is_in_onnx_export(); a trace would keep only the eager branch")
+            raise ExportBranchError("the code branches on torch.onnx.is_in_onnx_export(); a trace would keep only the eager branch")
         return original()
 
     is_in_onnx_export.fxpool_original = original  # type: ignore[attr-defined]

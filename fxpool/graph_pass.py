@@ -107,7 +107,8 @@ def trace(module: nn.Module, unpassed: tuple[str, ...] | None = None) -> Traced:
     if root is module and isinstance(module, nn.Module) and reads_training_flag(module):
         raise ModeDependentForwardError(
             f"{type(module).__name__} reads self.training, so a trace would keep only the "
-            f"{'train' if module.training else 'eval'}-mode path; converted below instead")
+            f"{'train' if module.training else 'eval'}-mode path; converted below instead"
+        )
     with LOCK, refusing_export_branches():
         graph = tracer.trace(root, concrete_args={name: None for name in unpassed or ()} or None)
     name = module.__class__.__name__ if isinstance(module, nn.Module) else module.__name__
@@ -129,10 +130,12 @@ def check_optional_argument(value: object, name: str, traced_as_none: bool, owne
         raise SpecialisedArgumentError(
             f"{owner}.forward was converted with {name!r} left out (None), so only the code for a missing "
             f"{name} was kept, but it was given {type(value).__name__}; convert with an example that passes "
-            f"{name} (e.g. fxpool.convert(model, (x, {{{name!r}: {name}}}))) to keep that code")
+            f"{name} (e.g. fxpool.convert(model, (x, {{{name!r}: {name}}}))) to keep that code"
+        )
     raise SpecialisedArgumentError(
         f"{owner}.forward was converted with {name!r} given, so only the code for a given {name} was kept, "
-        f"but it was called with {name}=None; convert with an example that leaves {name} out for that code")
+        f"but it was called with {name}=None; convert with an example that leaves {name} out for that code"
+    )
 
 
 fx.wrap("check_optional_argument")  # kept as one node when a converted graph is traced again
@@ -177,8 +180,9 @@ class PoolNode:
     call: PoolCall
 
 
-def unpassed_none_defaults(module: nn.Module, args: tuple[object, ...],
-                           kwargs: Mapping[str, object] | None = None) -> tuple[str, ...]:
+def unpassed_none_defaults(
+    module: nn.Module, args: tuple[object, ...], kwargs: Mapping[str, object] | None = None
+) -> tuple[str, ...]:
     """Parameters of ``module.forward`` that default to ``None`` and that the example leaves out or passes as ``None``."""
     try:
         signature = inspect.signature(module.forward)
@@ -186,8 +190,11 @@ def unpassed_none_defaults(module: nn.Module, args: tuple[object, ...],
     except (TypeError, ValueError):  # no signature, or args that do not fit it: trace as is
         return ()
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return tuple(name for name, parameter in signature.parameters.items()
-                 if bound.arguments.get(name) is None and parameter.kind in kinds and parameter.default is None)
+    return tuple(
+        name
+        for name, parameter in signature.parameters.items()
+        if bound.arguments.get(name) is None and parameter.kind in kinds and parameter.default is None
+    )
 
 
 def pool_nodes(gm: fx.GraphModule) -> list[PoolNode]:
@@ -222,8 +229,7 @@ class PassResult:
         return bool(self.replaced)
 
 
-def replace_nodes(gm: fx.GraphModule, replacements: dict[fx.Node, nn.Module],
-                  mirror: nn.Module | None = None) -> PassResult:
+def replace_nodes(gm: fx.GraphModule, replacements: dict[fx.Node, nn.Module], mirror: nn.Module | None = None) -> PassResult:
     """Replace each node by a ``call_module`` of its module.
 
     A pool module used by one node only is replaced under its own name, so the converted model

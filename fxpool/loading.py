@@ -49,22 +49,22 @@ def load_model(spec: str) -> nn.Module:
         try:
             module_spec.loader.exec_module(module)
         except Exception as error:  # the user's file: whatever it raises is theirs to fix
-            raise ModelSpecError(f"model spec {spec!r}: {source} raised {type(error).__name__} on import: {error}") \
-                from error
+            raise ModelSpecError(f"model spec {spec!r}: {source} raised {type(error).__name__} on import: {error}") from error
     else:
         try:
             module = importlib.import_module(source)
         except Exception as error:
-            raise ModelSpecError(f"model spec {spec!r}: cannot import {source}: {type(error).__name__}: {error}") \
-                from error
+            raise ModelSpecError(f"model spec {spec!r}: cannot import {source}: {type(error).__name__}: {error}") from error
     factory = getattr(module, name, None)
     if not callable(factory):
         raise ModelSpecError(f"model spec {spec!r}: {source} has no callable {name!r}")
     try:
         model = factory()
     except Exception as error:
-        raise ModelSpecError(f"model spec {spec!r}: {name}() raised {type(error).__name__}: {error} (the callable "
-                             f"must build the model with no arguments)") from error
+        raise ModelSpecError(
+            f"model spec {spec!r}: {name}() raised {type(error).__name__}: {error} (the callable "
+            f"must build the model with no arguments)"
+        ) from error
     if not isinstance(model, nn.Module):
         raise ModelSpecError(f"model spec {spec!r}: {name}() returned {type(model).__name__}, not an nn.Module")
     return model.eval()

@@ -188,10 +188,7 @@ class PoolPlan:
         if self.scaled_output:
             return tuple(range(self.spatial_dims))
         folded = any(isinstance(step, PoolStep) for step in self.steps)
-        return tuple(
-            i for i, axis in enumerate(self.axes)
-            if not (axis.follows_input or (axis.kind == "reduce" and not folded))
-        )
+        return tuple(i for i, axis in enumerate(self.axes) if not (axis.follows_input or (axis.kind == "reduce" and not folded)))
 
     @property
     def size_agnostic(self) -> bool:
@@ -220,8 +217,13 @@ def _step_kind(step: Step, spatial_dims: int) -> str:
         return f"{'AvgPool' if step.family == 'avg' else 'MaxPool'}{spatial_dims}d"
     if isinstance(step, ReduceStep):
         return "mean" if step.family == "avg" else "amax"
-    kinds: dict[type, str] = {MatmulStep: "matmul", KroneckerStep: "kron-matmul", WindowGatherStep: "gather",
-                              WindowScaleStep: "scale", UpsampleStep: "nearest"}
+    kinds: dict[type, str] = {
+        MatmulStep: "matmul",
+        KroneckerStep: "kron-matmul",
+        WindowGatherStep: "gather",
+        WindowScaleStep: "scale",
+        UpsampleStep: "nearest",
+    }
     return kinds[type(step)]
 
 
@@ -267,8 +269,7 @@ def _identity_rule(family: PoolFamily, in_size: int, out_size: int, follows: boo
 def _reduce_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool) -> AxisChoice | str:
     if out_size == 1:
         op = "mean" if family == "avg" else "amax"
-        return AxisChoice("reduce", in_size, 1, f"{in_size}->1: one window, {op}", kernel=in_size,
-                          stride=in_size)
+        return AxisChoice("reduce", in_size, 1, f"{in_size}->1: one window, {op}", kernel=in_size, stride=in_size)
     return "output is not 1"
 
 
@@ -277,30 +278,42 @@ def _pool_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool) -
     if uniform is None:
         return f"windows of lengths {window_lengths(in_size, out_size)} or uneven starts"
     kernel, stride = uniform
-    return AxisChoice("pool", in_size, out_size, f"{in_size}->{out_size}: uniform windows k={kernel} s={stride}",
-                      kernel=kernel, stride=stride)
+    return AxisChoice(
+        "pool", in_size, out_size, f"{in_size}->{out_size}: uniform windows k={kernel} s={stride}", kernel=kernel, stride=stride
+    )
 
 
 def _upsample_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool) -> AxisChoice | str:
     factor = upsample_factor(in_size, out_size)
     if factor is None:
         return "output is not an integer multiple of the input"
-    return AxisChoice("upsample", in_size, out_size, f"{in_size}->{out_size}: {factor}x multiple, nearest",
-                      factor=factor)
+    return AxisChoice("upsample", in_size, out_size, f"{in_size}->{out_size}: {factor}x multiple, nearest", factor=factor)
 
 
 def _general_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool) -> AxisChoice:
     lengths = window_lengths(in_size, out_size)
     shape = f"windows of lengths {lengths}" if len(lengths) > 1 else f"{lengths[0]}-windows at uneven starts"
     if family == "avg" and in_size * out_size > LONG_AXIS_MATRIX_ELEMENTS:
-        return AxisChoice("gather", in_size, out_size,
-                          f"{in_size}->{out_size}: {shape}; a {out_size}x{in_size} matrix would exceed "
-                          f"{LONG_AXIS_MATRIX_ELEMENTS} elements, so gathered windows, zero-padded, averaged and "
-                          f"rescaled", kernel=lengths[-1], stride=lengths[-1])
+        return AxisChoice(
+            "gather",
+            in_size,
+            out_size,
+            f"{in_size}->{out_size}: {shape}; a {out_size}x{in_size} matrix would exceed "
+            f"{LONG_AXIS_MATRIX_ELEMENTS} elements, so gathered windows, zero-padded, averaged and "
+            f"rescaled",
+            kernel=lengths[-1],
+            stride=lengths[-1],
+        )
     if family == "avg":
         return AxisChoice("matrix", in_size, out_size, f"{in_size}->{out_size}: {shape}, averaging matrix")
-    return AxisChoice("gather", in_size, out_size, f"{in_size}->{out_size}: {shape}, gathered windows, max",
-                      kernel=lengths[-1], stride=lengths[-1])
+    return AxisChoice(
+        "gather",
+        in_size,
+        out_size,
+        f"{in_size}->{out_size}: {shape}, gathered windows, max",
+        kernel=lengths[-1],
+        stride=lengths[-1],
+    )
 
 
 AXIS_RULES: tuple[AxisRule, ...] = (_identity_rule, _reduce_rule, _pool_rule, _upsample_rule, _general_rule)
@@ -362,8 +375,9 @@ def choose_plan(
         raise ValueError(f"follows_input has {len(follows)} entries for {len(in_sizes)} spatial axes")
     axes = tuple(choose_axis(family, i, o, f) for i, o, f in zip(in_sizes, out_sizes, follows))
     steps = _steps(family, axes)
-    return PoolPlan(family, tuple(in_sizes), tuple(a.out_size for a in axes), axes, steps, scaled_output,
-                    _eager_order(family, axes, steps))
+    return PoolPlan(
+        family, tuple(in_sizes), tuple(a.out_size for a in axes), axes, steps, scaled_output, _eager_order(family, axes, steps)
+    )
 
 
 def _eager_order(family: PoolFamily, axes: tuple[AxisChoice, ...], steps: tuple[Step, ...]) -> tuple[int, ...]:
@@ -405,14 +419,15 @@ def _steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]
             steps.append(WindowGatherStep(i, axis.in_size, axis.out_size, axis.kernel, zero_padded=family == "avg"))
     if "pool" in kinds or "gather" in kinds:
         pooled = [a.kind in ("pool", "reduce", "gather") for a in axes]
-        steps.append(PoolStep(
-            family,
-            tuple(a.kernel if p else 1 for a, p in zip(axes, pooled)),
-            tuple(a.stride if p else 1 for a, p in zip(axes, pooled)),
-        ))
+        steps.append(
+            PoolStep(
+                family,
+                tuple(a.kernel if p else 1 for a, p in zip(axes, pooled)),
+                tuple(a.stride if p else 1 for a, p in zip(axes, pooled)),
+            )
+        )
         if family == "avg":
-            steps += [WindowScaleStep(i, a.in_size, a.out_size, a.kernel) for i, a in enumerate(axes)
-                      if a.kind == "gather"]
+            steps += [WindowScaleStep(i, a.in_size, a.out_size, a.kernel) for i, a in enumerate(axes) if a.kind == "gather"]
     elif "reduce" in kinds:
         steps.append(ReduceStep(family, tuple(i for i, k in enumerate(kinds) if k == "reduce")))
 
@@ -497,8 +512,14 @@ def _fixed_request_guard(sighting: PoolSighting) -> str | None:
     return None
 
 
-POOL_GUARDS: tuple[PoolGuard, ...] = (_ran_guard, _constant_output_guard, _indices_guard, _quantized_guard,
-                                      _non_empty_guard, _one_size_guard)
+POOL_GUARDS: tuple[PoolGuard, ...] = (
+    _ran_guard,
+    _constant_output_guard,
+    _indices_guard,
+    _quantized_guard,
+    _non_empty_guard,
+    _one_size_guard,
+)
 DYNAMIC_GUARDS: tuple[PoolGuard, ...] = (_fixed_request_guard,)
 
 

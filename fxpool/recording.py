@@ -136,8 +136,11 @@ def record_pool_calls(model: nn.Module, example: Example) -> Recording:
             cleanup.enter_context(module.register_forward_hook(post_hook, always_call=True))
         cleanup.enter_context(example_run(example))
         cleanup.enter_context(PoolCallRecorder())
-        pre_pool_hooks = [module.register_forward_pre_hook(_make_validator(call, names[id(module)][0]))
-                          for module in probe.modules() if (call := pool_modules.get(id(module))) is not None]
+        pre_pool_hooks = [
+            module.register_forward_pre_hook(_make_validator(call, names[id(module)][0]))
+            for module in probe.modules()
+            if (call := pool_modules.get(id(module))) is not None
+        ]
         for handle in pre_pool_hooks:
             cleanup.enter_context(handle)
         try:
@@ -183,6 +186,7 @@ def _detached(value: Any) -> Any:
 def _make_validator(call: PoolCall, name: str):
     def validate(module: nn.Module, inputs: tuple[Any, ...]) -> None:
         _validate_input(call, inputs[0] if inputs else None, name or "<root>")
+
     return validate
 
 
@@ -206,22 +210,25 @@ def _validate_input(call: PoolCall, value: Any, where: str | None) -> None:
         )
 
 
-def _record(recording: Recording, call: PoolCall, module_name: str | None, scope: Scope, value: Any,
-            output: Any, source: str | None) -> None:
+def _record(
+    recording: Recording, call: PoolCall, module_name: str | None, scope: Scope, value: Any, output: Any, source: str | None
+) -> None:
     values = output[0] if isinstance(output, (tuple, list)) else output
     if not isinstance(value, torch.Tensor) or not isinstance(values, torch.Tensor):
         return
-    recording.events.append(PoolEvent(
-        call=call,
-        module_name=module_name,
-        scope=scope,
-        input_shape=tuple(value.shape),
-        output_shape=tuple(values.shape),
-        dtype=value.dtype,
-        device=value.device,
-        quantized=value.is_quantized,
-        source=source,
-    ))
+    recording.events.append(
+        PoolEvent(
+            call=call,
+            module_name=module_name,
+            scope=scope,
+            input_shape=tuple(value.shape),
+            output_shape=tuple(values.shape),
+            dtype=value.dtype,
+            device=value.device,
+            quantized=value.is_quantized,
+            source=source,
+        )
+    )
 
 
 def _caller_source() -> str | None:
@@ -237,5 +244,7 @@ def _caller_source() -> str | None:
 def _keyword_hint(example: Example, error: Exception) -> str:
     if not example.kwargs or not isinstance(error, TypeError):
         return ""
-    return (" The dict at the end of the example was read as keyword arguments, as torch.onnx.export reads it; "
-            "to pass a dict positionally, end the tuple with an empty dict: (batch, {}).")
+    return (
+        " The dict at the end of the example was read as keyword arguments, as torch.onnx.export reads it; "
+        "to pass a dict positionally, end the tuple with an empty dict: (batch, {})."
+    )

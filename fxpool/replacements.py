@@ -48,8 +48,9 @@ _MAX_POOLS = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 _NATIVE_MAX = {1: F.adaptive_max_pool1d, 2: F.adaptive_max_pool2d, 3: F.adaptive_max_pool3d}
 
 
-def averaging_matrix(in_size: int, out_size: int, dtype: torch.dtype = torch.float64,
-                     device: torch.device | str | None = None) -> torch.Tensor:
+def averaging_matrix(
+    in_size: int, out_size: int, dtype: torch.dtype = torch.float64, device: torch.device | str | None = None
+) -> torch.Tensor:
     """The (out_size x in_size) matrix whose row i averages window i, built in float64 then cast."""
     matrix = torch.zeros(out_size, in_size, dtype=torch.float64)
     for i, (start, end) in enumerate(window_bounds(in_size, out_size)):
@@ -57,8 +58,9 @@ def averaging_matrix(in_size: int, out_size: int, dtype: torch.dtype = torch.flo
     return matrix.to(dtype=dtype, device=device)
 
 
-def kronecker_matrix(in_sizes: Sequence[int], out_sizes: Sequence[int], dtype: torch.dtype = torch.float64,
-                     device: torch.device | str | None = None) -> torch.Tensor:
+def kronecker_matrix(
+    in_sizes: Sequence[int], out_sizes: Sequence[int], dtype: torch.dtype = torch.float64, device: torch.device | str | None = None
+) -> torch.Tensor:
     """The (prod(out) x prod(in)) averaging matrix over row-major flattened axes."""
     matrix = torch.ones(1, 1, dtype=torch.float64)
     for i, o in zip(in_sizes, out_sizes):
@@ -82,8 +84,7 @@ def window_gather_indices(in_size: int, out_size: int, span: int, zero_padded: b
 
 def window_scales(in_size: int, out_size: int, span: int) -> torch.Tensor:
     """``span / length`` of each window, in float64: turns an AvgPool over zero-padded windows into their means."""
-    return torch.tensor([span / (end - start) for start, end in window_bounds(in_size, out_size)],
-                        dtype=torch.float64)
+    return torch.tensor([span / (end - start) for start, end in window_bounds(in_size, out_size)], dtype=torch.float64)
 
 
 @torch.fx.wrap
@@ -95,20 +96,25 @@ def check_input(x: torch.Tensor, expected: tuple[int | None, ...], location: str
     by ``torch.export`` (a dynamic axis) cannot be checked and is refused.
     """
     if type(x) is torch.Tensor and not torch.jit.is_tracing() and x.is_floating_point():  # eager: the common case
-        spatial_sizes = x.shape[-len(expected):]
-        if len(spatial_sizes) == len(expected) and 0 not in spatial_sizes and all(
-                e is None or e == s for e, s in zip(expected, spatial_sizes)):
+        spatial_sizes = x.shape[-len(expected) :]
+        if (
+            len(spatial_sizes) == len(expected)
+            and 0 not in spatial_sizes
+            and all(e is None or e == s for e, s in zip(expected, spatial_sizes))
+        ):
             return x
     if isinstance(x, torch.Tensor) and not x.is_floating_point():
         raise PoolCallError(
             f"{_named(location)}: input has dtype {x.dtype}; adaptive pooling needs a real floating tensor, as the "
-            f"original pool does. Cast the input to a floating type.")
+            f"original pool does. Cast the input to a floating type."
+        )
     shape = tuple(_static_size(s) for s in x.shape)
-    spatial = shape[len(shape) - len(expected):]
+    spatial = shape[len(shape) - len(expected) :]
     if any(is_concrete_int(s) and s == 0 for s in spatial):
         raise PoolCallError(
             f"{_named(location)}: input of shape {shape} has an empty spatial axis; adaptive pooling needs non-zero "
-            f"spatial sizes, as the original pool does.")
+            f"spatial sizes, as the original pool does."
+        )
     if not any(e is not None for e in expected):
         return x
     seen = spatial
@@ -118,7 +124,8 @@ def check_input(x: torch.Tensor, expected: tuple[int | None, ...], location: str
             f"{_named(location)}: this replacement was specialised for spatial size {traced}, but it is being "
             f"exported with a dynamic spatial size ({shape}); the graph would be wrong at "
             f"other sizes. Keep spatial axes static, or convert with dynamic=True "
-            f"(fxpool.export(..., dynamic=True)) for one graph exact at every size.")
+            f"(fxpool.export(..., dynamic=True)) for one graph exact at every size."
+        )
     if len(shape) < len(expected) or any(e is not None and e != s for e, s in zip(expected, seen)):
         raise SpatialSizeError(
             f"{_named(location)}: this replacement was specialised for spatial size {traced} but got input of "
@@ -145,8 +152,7 @@ def keep_memory_format(source: torch.Tensor, result: torch.Tensor, spatial_dims:
     if spatial_dims == 3:
         return result.contiguous()
     channels_last = torch.channels_last
-    if spatial_dims == 2 and source.dim() == 4 and not source.is_contiguous() and source.is_contiguous(
-            memory_format=channels_last):
+    if spatial_dims == 2 and source.dim() == 4 and not source.is_contiguous() and source.is_contiguous(memory_format=channels_last):
         return result.contiguous(memory_format=channels_last)
     return result
 
@@ -163,8 +169,14 @@ def _static_size(size: object) -> Any:
 class ExactAdaptivePool(nn.Module):
     """Computes one adaptive average or max pool exactly, for the input size it was planned for."""
 
-    def __init__(self, plan: PoolPlan, location: str = "adaptive pool", weight_dtype: torch.dtype = torch.float32,
-                 device: torch.device | str | None = None, batched: bool = True) -> None:
+    def __init__(
+        self,
+        plan: PoolPlan,
+        location: str = "adaptive pool",
+        weight_dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+        batched: bool = True,
+    ) -> None:
         super().__init__()
         self.plan = plan
         self.location = location
@@ -187,8 +199,9 @@ class ExactAdaptivePool(nn.Module):
                 self.register_buffer(f"weight_{index}", self._weight(step, dtype, device), persistent=False)
 
     @staticmethod
-    def _weight(step: MatmulStep | KroneckerStep | WindowScaleStep, dtype: torch.dtype,
-                device: torch.device | str | None) -> torch.Tensor:
+    def _weight(
+        step: MatmulStep | KroneckerStep | WindowScaleStep, dtype: torch.dtype, device: torch.device | str | None
+    ) -> torch.Tensor:
         if isinstance(step, MatmulStep):
             return averaging_matrix(step.in_size, step.out_size, dtype, device)
         if isinstance(step, WindowScaleStep):
@@ -253,8 +266,13 @@ class ExactAdaptivePool(nn.Module):
             elif isinstance(step, ReduceStep):
                 x = _reduce(x, step, dims)
             elif isinstance(step, MatmulStep):
-                x = matmul_along(x, self._weight_for(index, x), step.axis - dims, last_step=index == order[-1],
-                                 exporting=not eager and torch.onnx.is_in_onnx_export())
+                x = matmul_along(
+                    x,
+                    self._weight_for(index, x),
+                    step.axis - dims,
+                    last_step=index == order[-1],
+                    exporting=not eager and torch.onnx.is_in_onnx_export(),
+                )
             elif isinstance(step, KroneckerStep):
                 x = _kronecker(x, self._weight_for(index, x), step)
             elif isinstance(step, WindowGatherStep):
@@ -309,8 +327,12 @@ def traced_forms() -> Iterator[None]:
 
 def _exporting() -> bool:
     """An exporter or compiler is tracing: it gets the plan's steps in their order, no eager shortcut."""
-    return (getattr(_TRACED_FORMS, "on", False) or torch.onnx.is_in_onnx_export() or torch.jit.is_tracing()
-            or torch.compiler.is_compiling())
+    return (
+        getattr(_TRACED_FORMS, "on", False)
+        or torch.onnx.is_in_onnx_export()
+        or torch.jit.is_tracing()
+        or torch.compiler.is_compiling()
+    )
 
 
 def _reduce(x: torch.Tensor, step: ReduceStep, dims: int) -> torch.Tensor:
@@ -334,8 +356,9 @@ def _cast_like(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return weight
 
 
-def matmul_along(x: torch.Tensor, weight: torch.Tensor, dim: int, last_step: bool = True,
-                 exporting: bool | None = None) -> torch.Tensor:
+def matmul_along(
+    x: torch.Tensor, weight: torch.Tensor, dim: int, last_step: bool = True, exporting: bool | None = None
+) -> torch.Tensor:
     """Average along ``dim`` (negative) by its (out x in) matrix.
 
     Axis -1 is one F.linear. Axis -2 is one broadcast matmul ``weight @ x`` under ONNX export
@@ -352,8 +375,7 @@ def matmul_along(x: torch.Tensor, weight: torch.Tensor, dim: int, last_step: boo
         return F.linear(x.contiguous(), weight)
     if exporting is None:
         exporting = torch.onnx.is_in_onnx_export()
-    if dim == -2 and (exporting or (not last_step and isinstance(x, torch.Tensor)
-                                                         and x.is_contiguous())):
+    if dim == -2 and (exporting or (not last_step and isinstance(x, torch.Tensor) and x.is_contiguous())):
         return torch.matmul(weight, x)
     return F.linear(x.transpose(dim, -1).contiguous(), weight).transpose(dim, -1)
 

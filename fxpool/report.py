@@ -90,8 +90,7 @@ class ConversionReport:
                 r.op,
                 _shape(r.input_shape),
                 r.output_size,
-                r.replacement + ("" if r.converted else " (export: fxpool translation)" if r.export_translated
-                                 else " (!)"),
+                r.replacement + ("" if r.converted else " (export: fxpool translation)" if r.export_translated else " (!)"),
                 r.reason,
             )
             for r in self.records
@@ -102,12 +101,13 @@ class ConversionReport:
         return "\n".join(lines)
 
     def summary(self) -> str:
-        reached = "whole model traced" if "" in self.traced else (
-            f"traced submodules: {', '.join(self.traced) or 'none'}")
+        reached = "whole model traced" if "" in self.traced else (f"traced submodules: {', '.join(self.traced) or 'none'}")
         translated = len(self.unconverted) - len(self.unexportable)
         at_export = f" ({translated} of them exported exactly by fxpool's translations)" if translated else ""
-        return (f"{len(self.records)} adaptive pool(s): {len(self.converted)} converted, "
-                f"{len(self.unconverted)} left to PyTorch{at_export}; {reached}")
+        return (
+            f"{len(self.records)} adaptive pool(s): {len(self.converted)} converted, "
+            f"{len(self.unconverted)} left to PyTorch{at_export}; {reached}"
+        )
 
     def __str__(self) -> str:
         parts = [self.summary()]

@@ -168,8 +168,7 @@ class _OnnxScriptOps:
 
 
 # onnx.TensorProto's element types, without importing onnx where the TorchScript exporter runs.
-_ONNX_DTYPES = {torch.float32: 1, torch.int64: 7, torch.bool: 9, torch.float16: 10, torch.float64: 11,
-                torch.bfloat16: 16}
+_ONNX_DTYPES = {torch.float32: 1, torch.int64: 7, torch.bool: 9, torch.float16: 10, torch.float64: 11, torch.bfloat16: 16}
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
@@ -185,12 +184,16 @@ def _lower(ops: Any, x: Any, sizes: Sequence[Any], requested: Any, dims: int, dt
     if not sizes or len(sizes) < dims:
         raise ValueError(
             f"fxpool: adaptive_avg_pool{dims}d needs the input's rank to export; the exporter knows its shape "
-            f"only as {list(sizes)}. Convert with fxpool.convert(..., dynamic=True) before exporting.")
-    requested = [requested] * dims if isinstance(requested, int) else (
-        list(requested) if isinstance(requested, (list, tuple)) else [])
+            f"only as {list(sizes)}. Convert with fxpool.convert(..., dynamic=True) before exporting."
+        )
+    requested = (
+        [requested] * dims if isinstance(requested, int) else (list(requested) if isinstance(requested, (list, tuple)) else [])
+    )
     if len(requested) != dims:
-        raise ValueError(f"fxpool: adaptive_avg_pool{dims}d's output size is not known when exporting; pass a "
-                         f"fixed output size, or keep the spatial axes static.")
+        raise ValueError(
+            f"fxpool: adaptive_avg_pool{dims}d's output size is not known when exporting; pass a "
+            f"fixed output size, or keep the spatial axes static."
+        )
     in_sizes = tuple(s if isinstance(s, int) else None for s in sizes[-dims:])
     out_sizes = tuple(i if o is None or (isinstance(o, int) and o == -1) else o for i, o in zip(in_sizes, requested))
     rank, batched = len(sizes), len(sizes) == dims + 2  # ONNX pooling wants (N, C, spatial...)
@@ -217,8 +220,7 @@ def _lower_plan(ops: Any, x: Any, plan: PoolPlan, rank: int, batched: bool, dtyp
         if isinstance(step, PoolStep):
             x = ops.average_pool(x, list(step.kernel), list(step.stride))
         elif isinstance(step, ReduceStep):
-            x = (ops.global_average_pool(x) if len(step.axes) == dims
-                 else ops.reduce_mean(x, [first + a for a in step.axes]))
+            x = ops.global_average_pool(x) if len(step.axes) == dims else ops.reduce_mean(x, [first + a for a in step.axes])
         elif isinstance(step, MatmulStep):
             x = _matmul_along(ops, x, averaging_matrix(step.in_size, step.out_size, dtype), first + step.axis, rank)
         elif isinstance(step, KroneckerStep):
@@ -255,8 +257,7 @@ def _matmul_along(ops: Any, x: Any, matrix: torch.Tensor, position: int, rank: i
     return ops.transpose(ops.matmul(ops.transpose(x, perm), ops.constant(matrix.t().contiguous())), perm)
 
 
-def _lower_dynamic(ops: Any, x: Any, in_sizes: tuple[int | None, ...], requested: list[Any], rank: int,
-                   dtype: torch.dtype) -> Any:
+def _lower_dynamic(ops: Any, x: Any, in_sizes: tuple[int | None, ...], requested: list[Any], rank: int, dtype: torch.dtype) -> Any:
     """One MatMul per pooled axis, its averaging matrix built in the graph where the length is dynamic."""
     dims = len(in_sizes)
     for axis, (i, o) in enumerate(zip(in_sizes, requested)):
@@ -282,6 +283,7 @@ def _runtime_weight(ops: Any, x: Any, position: int, out_size: Any, dtype: torch
     ``ceil((i+1)*L/out) - floor(i*L/out)`` is integer division of non-negative int64s, exact.
     ``out_size`` is an int or an int64 scalar of the graph.
     """
+
     def const(value: int) -> Any:
         return ops.constant(torch.tensor(value))
 
@@ -302,8 +304,11 @@ def _runtime_weight(ops: Any, x: Any, position: int, out_size: Any, dtype: torch
         i = ops.arange(out)
     j = ops.reshape(ops.arange(length), [-1, 1])  # (L, 1)
     i_next = add(i, const(1))
-    member = ops.binary("And", ops.binary("Greater", mul(add(j, const(1)), out), mul(i, length)),
-                        ops.binary("Less", mul(j, out), mul(i_next, length)))
+    member = ops.binary(
+        "And",
+        ops.binary("Greater", mul(add(j, const(1)), out), mul(i, length)),
+        ops.binary("Less", mul(j, out), mul(i_next, length)),
+    )
     end = div(add(mul(i_next, length), ops.binary("Sub", out, const(1))), out)
     start = div(mul(i, length), out)
     count = ops.cast(ops.binary("Sub", end, start), dtype)
@@ -320,6 +325,7 @@ def _symbolic(dims: int) -> Callable[[Any, Any, Any], Any]:
             return _lower(_TorchScriptOps(g), x, sizes, requested, dims, _torchscript_dtype(x))
         except ValueError as error:
             raise torch.onnx.errors.SymbolicValueError(str(error), x) from error
+
     return symbolic
 
 
@@ -345,9 +351,13 @@ def _torchscript_output_size(output_size: Any, x: Any, rank: int, dims: int) -> 
             continue
         gather = entry.node()
         inputs = list(gather.inputs())
-        follows = (gather.kind() == "onnx::Gather" and len(inputs) == 2 and inputs[0].node().kind() == "onnx::Shape"
-                   and next(inputs[0].node().inputs()).unique() == x.unique()
-                   and symbolic_helper._maybe_get_const(inputs[1], "i") == position)
+        follows = (
+            gather.kind() == "onnx::Gather"
+            and len(inputs) == 2
+            and inputs[0].node().kind() == "onnx::Shape"
+            and next(inputs[0].node().inputs()).unique() == x.unique()
+            and symbolic_helper._maybe_get_const(inputs[1], "i") == position
+        )
         entries.append(None if follows else entry)  # else computed in the graph: an int64 scalar
     return entries
 
@@ -364,6 +374,7 @@ def _translation(dims: int) -> Callable[..., Any]:
     def translation(x: Any, output_size: Sequence[int]) -> Any:
         sizes = [d if isinstance(d, int) else None for d in x.shape] if x.shape is not None else []
         return _lower(_OnnxScriptOps(), x, sizes, list(output_size), dims, _onnxscript_dtype(x))
+
     return translation
 
 

@@ -45,9 +45,7 @@ def window_end(index: int, in_size: int, out_size: int) -> int:
 def window_bounds(in_size: int, out_size: int) -> tuple[tuple[int, int], ...]:
     """All windows ``(start, end)`` of the axis, in output order."""
     _check_sizes(in_size, out_size)
-    return tuple(
-        (window_start(i, in_size, out_size), window_end(i, in_size, out_size)) for i in range(out_size)
-    )
+    return tuple((window_start(i, in_size, out_size), window_end(i, in_size, out_size)) for i in range(out_size))
 
 
 def window_lengths(in_size: int, out_size: int) -> tuple[int, ...]:

@@ -67,8 +67,25 @@ SHAPES: tuple[tuple[str, str, tuple[int, ...], tuple[int, ...]], ...] = (
     ("max uniform 14→7, N=8", "max", (8, 512, 14, 14), (7, 7)),
 )
 CONVERT_MODELS = ("resnet50", "efficientnet_b7", "regnet_y_32gf")
-KRONECKER_SIZES = ((5, 3), (4, 9), (5, 13), (6, 17), (7, 5), (9, 6), (10, 7), (12, 5), (13, 9), (14, 9), (17, 5),
-                   (20, 7), (22, 6), (25, 7), (33, 6), (40, 6), (64, 6))
+KRONECKER_SIZES = (
+    (5, 3),
+    (4, 9),
+    (5, 13),
+    (6, 17),
+    (7, 5),
+    (9, 6),
+    (10, 7),
+    (12, 5),
+    (13, 9),
+    (14, 9),
+    (17, 5),
+    (20, 7),
+    (22, 6),
+    (25, 7),
+    (33, 6),
+    (40, 6),
+    (64, 6),
+)
 
 
 class SliceLoopPool(nn.Module):
@@ -95,8 +112,12 @@ class SliceLoopPool(nn.Module):
 
 
 def native_pool(family: str, output_size: tuple[int, ...]) -> nn.Module:
-    modules = {("avg", 2): nn.AdaptiveAvgPool2d, ("avg", 3): nn.AdaptiveAvgPool3d,
-               ("max", 2): nn.AdaptiveMaxPool2d, ("max", 3): nn.AdaptiveMaxPool3d}
+    modules = {
+        ("avg", 2): nn.AdaptiveAvgPool2d,
+        ("avg", 3): nn.AdaptiveAvgPool3d,
+        ("max", 2): nn.AdaptiveMaxPool2d,
+        ("max", 3): nn.AdaptiveMaxPool3d,
+    }
     return modules[family, len(output_size)](output_size)
 
 
@@ -108,8 +129,14 @@ def copy_bandwidth(nbytes: int = 64 << 20, repeats: int = 9) -> float:
     return 2 * nbytes / seconds
 
 
-def eager_case(family: str, shape: tuple[int, ...], output: tuple[int, ...], repeats: int, device: str = "cpu",
-               dtype: torch.dtype = torch.float32) -> dict[str, float]:
+def eager_case(
+    family: str,
+    shape: tuple[int, ...],
+    output: tuple[int, ...],
+    repeats: int,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> dict[str, float]:
     """Forward and forward+backward seconds of native, fxpool and (2d) the slice loop."""
     x = torch.randn(shape, device=device, dtype=dtype)
     native = native_pool(family, output)
@@ -120,13 +147,11 @@ def eager_case(family: str, shape: tuple[int, ...], output: tuple[int, ...], rep
         forward = side_by_side({k: (lambda m=m: m(x)) for k, m in models.items()}, repeats, device=device)
     xg = x.clone().requires_grad_()
     grad = torch.randn_like(native(x))
-    backward = side_by_side({k: (lambda m=m: m(xg).backward(grad)) for k, m in models.items()}, repeats,
-                            device=device)
+    backward = side_by_side({k: (lambda m=m: m(xg).backward(grad)) for k, m in models.items()}, repeats, device=device)
     return {f"fwd_{k}": v for k, v in forward.items()} | {f"fwdbwd_{k}": v for k, v in backward.items()}
 
 
-def onnx_case(family: str, shape: tuple[int, ...], output: tuple[int, ...], repeats: int,
-              workdir: str) -> dict[str, Any]:
+def onnx_case(family: str, shape: tuple[int, ...], output: tuple[int, ...], repeats: int, workdir: str) -> dict[str, Any]:
     """onnxruntime seconds of fxpool's graph and of the dynamo exporter's graph of the original."""
     x = torch.randn(shape)
     native = native_pool(family, output).eval()
@@ -141,8 +166,14 @@ def onnx_case(family: str, shape: tuple[int, ...], output: tuple[int, ...], repe
         row["dynamo_original_error"] = exporter_reason(error)
     sessions = ort_sessions(dict(paths))
     feeds = {name: {s.get_inputs()[0].name: x.numpy()} for name, s in sessions.items()}
-    row.update({f"ort_{name}": t for name, t in side_by_side(
-        {name: (lambda s=s, f=feeds[name]: s.run(None, f)) for name, s in sessions.items()}, repeats).items()})
+    row.update(
+        {
+            f"ort_{name}": t
+            for name, t in side_by_side(
+                {name: (lambda s=s, f=feeds[name]: s.run(None, f)) for name, s in sessions.items()}, repeats
+            ).items()
+        }
+    )
     return row
 
 
@@ -152,14 +183,20 @@ def pools_section(repeats: int, device: str, dtypes: Sequence[str], with_onnx: b
     with tempfile.TemporaryDirectory() as workdir:
         for name, family, shape, output in SHAPES:
             for dtype in dtypes:
-                row: dict[str, Any] = {"case": name, "family": family, "shape": shape, "output": output,
-                                       "device": device, "dtype": dtype}
+                row: dict[str, Any] = {
+                    "case": name,
+                    "family": family,
+                    "shape": shape,
+                    "output": output,
+                    "device": device,
+                    "dtype": dtype,
+                }
                 row.update(eager_case(family, shape, output, repeats, device, DTYPES[dtype]))
                 if with_onnx and device == "cpu" and dtype == "float32":
                     row.update(onnx_case(family, shape, output, repeats, workdir))
                 if bandwidth:
                     size = DTYPES[dtype].itemsize
-                    nbytes = size * (torch.Size(shape).numel() + torch.Size(shape[:-len(output)] + output).numel())
+                    nbytes = size * (torch.Size(shape).numel() + torch.Size(shape[: -len(output)] + output).numel())
                     row["floor_s"] = nbytes / bandwidth
                     row["input_MB"] = size * torch.Size(shape).numel() / 1e6
                 rows.append(row)
@@ -177,17 +214,26 @@ def convert_section(repeats: int = 3) -> list[dict[str, Any]]:
         model = build_torchvision(name)
         x = torch.randn(1, 3, 224, 224)
         with torch.no_grad():
-            times = side_by_side({"forward": lambda m=model: m(x), "convert": lambda m=model: fxpool.convert(m, x)},
-                                 repeats, warmup=1, sample_s=0.0)
+            times = side_by_side(
+                {"forward": lambda m=model: m(x), "convert": lambda m=model: fxpool.convert(m, x)}, repeats, warmup=1, sample_s=0.0
+            )
         converted = fxpool.convert(model, x)
         nodes = sum(len(graph.graph.nodes) for m in converted.modules() if (graph := graph_of(m)) is not None)
-        row = {"model": name, "parameters_M": sum(p.numel() for p in model.parameters()) / 1e6,
-               "graph_nodes": nodes, "pools": len(fxpool.report_of(converted).records),
-               "forward_s": times["forward"], "convert_s": times["convert"],
-               "convert_over_forward": times["convert"] / times["forward"]}
+        row = {
+            "model": name,
+            "parameters_M": sum(p.numel() for p in model.parameters()) / 1e6,
+            "graph_nodes": nodes,
+            "pools": len(fxpool.report_of(converted).records),
+            "forward_s": times["forward"],
+            "convert_s": times["convert"],
+            "convert_over_forward": times["convert"] / times["forward"],
+        }
         rows.append(row)
-        print(f"| {name} | {row['parameters_M']:.1f} M | {nodes} | {row['pools']} | {row['forward_s']:.3f} | "
-              f"{row['convert_s']:.3f} | {row['convert_over_forward']:.2f} |", flush=True)
+        print(
+            f"| {name} | {row['parameters_M']:.1f} M | {nodes} | {row['pools']} | {row['forward_s']:.3f} | "
+            f"{row['convert_s']:.3f} | {row['convert_over_forward']:.2f} |",
+            flush=True,
+        )
         del model, converted
     return rows
 
@@ -212,15 +258,23 @@ def kronecker_section(repeats: int) -> list[dict[str, Any]]:
 
         with torch.no_grad():
             forward = side_by_side({"separable": lambda: separable(x), "kronecker": lambda: kronecker(x)}, repeats)
-        backward = side_by_side({"separable": lambda: separable(xg).backward(grad),
-                                 "kronecker": lambda: kronecker(xg).backward(grad)}, repeats)
-        row = {"in": h, "out": o, "kronecker_elements": kronecker_cost((h, h), (o, o)),
-               "chosen": choose_plan("avg", (h, h), (o, o)).describe(),
-               "fwd_kron_over_separable": forward["kronecker"] / forward["separable"],
-               "fwdbwd_kron_over_separable": backward["kronecker"] / backward["separable"]}
+        backward = side_by_side(
+            {"separable": lambda: separable(xg).backward(grad), "kronecker": lambda: kronecker(xg).backward(grad)}, repeats
+        )
+        row = {
+            "in": h,
+            "out": o,
+            "kronecker_elements": kronecker_cost((h, h), (o, o)),
+            "chosen": choose_plan("avg", (h, h), (o, o)).describe(),
+            "fwd_kron_over_separable": forward["kronecker"] / forward["separable"],
+            "fwdbwd_kron_over_separable": backward["kronecker"] / backward["separable"],
+        }
         rows.append(row)
-        print(f"| {h}→{o} | {row['kronecker_elements']} | {row['fwd_kron_over_separable']:.2f} | "
-              f"{row['fwdbwd_kron_over_separable']:.2f} | {row['chosen']} |", flush=True)
+        print(
+            f"| {h}→{o} | {row['kronecker_elements']} | {row['fwd_kron_over_separable']:.2f} | "
+            f"{row['fwdbwd_kron_over_separable']:.2f} | {row['chosen']} |",
+            flush=True,
+        )
     return rows
 
 
@@ -254,14 +308,21 @@ def long_axis_section(repeats: int, channels: int = 16) -> list[dict[str, Any]]:
                 planning.LONG_AXIS_MATRIX_ELEMENTS = saved
             with torch.no_grad():
                 times = side_by_side({k: (lambda m=m: m(x)) for k, m in forms.items()}, repeats)
-            row = {"in": length, "out": out, "matrix_bytes": 4 * length * out,
-                   "gather_bytes": 8 * out * planning.window_lengths(length, out)[-1],
-                   "chosen": planning.choose_plan("avg", (length,), (out,)).describe(),
-                   **{f"fwd_{k}": v for k, v in times.items()}}
+            row = {
+                "in": length,
+                "out": out,
+                "matrix_bytes": 4 * length * out,
+                "gather_bytes": 8 * out * planning.window_lengths(length, out)[-1],
+                "chosen": planning.choose_plan("avg", (length,), (out,)).describe(),
+                **{f"fwd_{k}": v for k, v in times.items()},
+            }
             rows.append(row)
             matrix = f"{row['fwd_matrix'] / row['fwd_gather']:.2f}" if "fwd_matrix" in row else "not built"
-            print(f"| {length}→{out} | {row['matrix_bytes'] / 1e6:.3g} MB | {row['gather_bytes'] / 1e6:.3g} MB | "
-                  f"{matrix} | {row['fwd_gather'] / row['fwd_native']:.2f} | {row['chosen']} |", flush=True)
+            print(
+                f"| {length}→{out} | {row['matrix_bytes'] / 1e6:.3g} MB | {row['gather_bytes'] / 1e6:.3g} MB | "
+                f"{matrix} | {row['fwd_gather'] / row['fwd_native']:.2f} | {row['chosen']} |",
+                flush=True,
+            )
     return rows
 
 
@@ -271,17 +332,25 @@ def _ratio(row: dict[str, Any], a: str, b: str, spec: str = ".2f") -> str:
 
 def _pool_line(row: dict[str, Any]) -> str:
     label = row["case"] if row["dtype"] == "float32" else f"{row['case']} {row['dtype']}"
-    cells = [_ratio(row, "fwd_fxpool", "fwd_native"), _ratio(row, "fwdbwd_fxpool", "fwdbwd_native"),
-             _ratio(row, "fwdbwd_slice_loop", "fwdbwd_fxpool", ".1f"),
-             _ratio(row, "ort_dynamo_original", "ort_fxpool", ".1f"),
-             _ratio(row, "fwd_fxpool", "floor_s", ".1f"), _ratio(row, "fwd_native", "floor_s", ".1f")]
+    cells = [
+        _ratio(row, "fwd_fxpool", "fwd_native"),
+        _ratio(row, "fwdbwd_fxpool", "fwdbwd_native"),
+        _ratio(row, "fwdbwd_slice_loop", "fwdbwd_fxpool", ".1f"),
+        _ratio(row, "ort_dynamo_original", "ort_fxpool", ".1f"),
+        _ratio(row, "fwd_fxpool", "floor_s", ".1f"),
+        _ratio(row, "fwd_native", "floor_s", ".1f"),
+    ]
     return f"| {label} | " + " | ".join(cells) + " |"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m model_zoo_checks.benchmarks", description=__doc__.splitlines()[0])
-    parser.add_argument("--sections", nargs="*", default=["pools", "convert", "kronecker", "longaxis"],
-                        choices=["pools", "convert", "kronecker", "longaxis"])
+    parser.add_argument(
+        "--sections",
+        nargs="*",
+        default=["pools", "convert", "kronecker", "longaxis"],
+        choices=["pools", "convert", "kronecker", "longaxis"],
+    )
     parser.add_argument("--repeats", type=int, default=15)
     add_device_options(parser, "cpu or cuda (pools section only)")
     parser.add_argument("--skip-onnx", action="store_true")
@@ -290,20 +359,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     device, dtypes = device_and_dtypes(parser, args)
     results: dict[str, Any] = {"torch": torch.__version__, "threads": torch.get_num_threads(), "repeats": args.repeats}
     if "pools" in args.sections:
-        print("| case | fwd / native | fwd+bwd / native | slice-loop / fxpool (fwd+bwd) | ORT dynamo-original / fxpool "
-              "| fwd / floor | native fwd / floor |\n|---|---|---|---|---|---|---|")
+        print(
+            "| case | fwd / native | fwd+bwd / native | slice-loop / fxpool (fwd+bwd) | ORT dynamo-original / fxpool "
+            "| fwd / floor | native fwd / floor |\n|---|---|---|---|---|---|---|"
+        )
         results["pools"] = pools_section(args.repeats, device, dtypes, not args.skip_onnx)
     if "convert" in args.sections and device == "cpu":
-        print("\n| model | parameters | graph nodes | pools | forward s | convert s | convert / forward |\n"
-              "|---|---|---|---|---|---|---|")
+        print(
+            "\n| model | parameters | graph nodes | pools | forward s | convert s | convert / forward |\n"
+            "|---|---|---|---|---|---|---|"
+        )
         results["convert"] = convert_section()
     if "kronecker" in args.sections and device == "cpu":
-        print("\n| H→O (square) | Kronecker entries | fwd kron / separable | fwd+bwd kron / separable | chosen |\n"
-              "|---|---|---|---|---|")
+        print(
+            "\n| H→O (square) | Kronecker entries | fwd kron / separable | fwd+bwd kron / separable | chosen |\n"
+            "|---|---|---|---|---|"
+        )
         results["kronecker"] = kronecker_section(args.repeats)
     if "longaxis" in args.sections and device == "cpu":
-        print("\n| L→O (1d, C=16) | matrix keeps | gather keeps | fwd matrix / gather | fwd gather / native | chosen |\n"
-              "|---|---|---|---|---|---|")
+        print(
+            "\n| L→O (1d, C=16) | matrix keeps | gather keeps | fwd matrix / gather | fwd gather / native | chosen |\n"
+            "|---|---|---|---|---|---|"
+        )
         results["longaxis"] = long_axis_section(args.repeats)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))

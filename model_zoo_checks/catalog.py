@@ -29,8 +29,20 @@ from . import smp_suite, timm_suite
 
 SUITES = ("torchvision", "timm", "smp")
 SUITE_PACKAGES = {"torchvision": "torchvision", "timm": "timm", "smp": "segmentation_models_pytorch"}
-TORCHVISION_DEFAULT = ("alexnet", "vgg11", "resnet18", "densenet121", "mobilenet_v2", "googlenet", "squeezenet1_1",
-                       "efficientnet_b0", "mobilenet_v3_small", "r3d_18", "pspnet_resnet18", "vgg11_max_pool")
+TORCHVISION_DEFAULT = (
+    "alexnet",
+    "vgg11",
+    "resnet18",
+    "densenet121",
+    "mobilenet_v2",
+    "googlenet",
+    "squeezenet1_1",
+    "efficientnet_b0",
+    "mobilenet_v3_small",
+    "r3d_18",
+    "pspnet_resnet18",
+    "vgg11_max_pool",
+)
 TORCHVISION_SIZES = (160, 320)
 
 POOL_SOURCE_MARKERS = ("adaptive_avg_pool", "adaptive_max_pool", 'mode="area"', "mode='area'")
@@ -44,8 +56,12 @@ OVERRIDES: dict[str, dict[str, Any]] = {
 }
 # Fixed input shapes for video models and for models too slow to sweep at several sizes (one table).
 INPUT_SHAPES: dict[str, tuple[int, ...]] = {
-    "r3d_18": (1, 3, 4, 112, 112), "mc3_18": (1, 3, 4, 112, 112), "r2plus1d_18": (1, 3, 4, 112, 112),
-    "swin3d_t": (1, 3, 4, 112, 112), "swin3d_s": (1, 3, 4, 112, 112), "swin3d_b": (1, 3, 4, 112, 112),
+    "r3d_18": (1, 3, 4, 112, 112),
+    "mc3_18": (1, 3, 4, 112, 112),
+    "r2plus1d_18": (1, 3, 4, 112, 112),
+    "swin3d_t": (1, 3, 4, 112, 112),
+    "swin3d_s": (1, 3, 4, 112, 112),
+    "swin3d_b": (1, 3, 4, 112, 112),
     "regnet_y_128gf": (1, 3, 160, 160),  # 645M parameters, 375 GFLOPs at its own 384
 }
 # Known limitations, each with its reason: reported as skips, never dropped.
@@ -60,15 +76,16 @@ class PyramidPoolingNet(nn.Module):
         trunk = torchvision.models.resnet18(weights=None)
         self.trunk = nn.Sequential(*list(trunk.children())[:-2])
         self.stages = nn.ModuleList(
-            nn.Sequential(nn.AdaptiveAvgPool2d(b), nn.Conv2d(512, 128, 1, bias=False), nn.BatchNorm2d(128), nn.ReLU())
-            for b in bins)
+            nn.Sequential(nn.AdaptiveAvgPool2d(b), nn.Conv2d(512, 128, 1, bias=False), nn.BatchNorm2d(128), nn.ReLU()) for b in bins
+        )
         self.classifier = nn.Conv2d(512 + 128 * len(bins), classes, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         features = self.trunk(x)
         size = features.shape[-2:]
-        pyramid = [features] + [nn.functional.interpolate(stage(features), size=size, mode="bilinear",
-                                                          align_corners=False) for stage in self.stages]
+        pyramid = [features] + [
+            nn.functional.interpolate(stage(features), size=size, mode="bilinear", align_corners=False) for stage in self.stages
+        ]
         logits = self.classifier(torch.cat(pyramid, dim=1))
         return nn.functional.interpolate(logits, size=x.shape[-2:], mode="bilinear", align_corners=False)
 

@@ -15,8 +15,9 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 def add_device_options(parser: argparse.ArgumentParser, device_help: str) -> None:
     """``--device`` and ``--dtypes`` (default: float32 on the CPU, all three on CUDA)."""
     parser.add_argument("--device", default="cpu", help=device_help)
-    parser.add_argument("--dtypes", nargs="*", choices=list(DTYPES), default=None,
-                        help="default: float32 on cpu, all three on cuda")
+    parser.add_argument(
+        "--dtypes", nargs="*", choices=list(DTYPES), default=None, help="default: float32 on cpu, all three on cuda"
+    )
 
 
 def device_and_dtypes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, tuple[str, ...]]:

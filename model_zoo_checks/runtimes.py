@@ -46,13 +46,14 @@ class PyramidPooling(nn.Module):
 
     def __init__(self, channels: int = 8) -> None:
         super().__init__()
-        self.stages = nn.ModuleList(nn.Sequential(nn.AdaptiveAvgPool2d(size), nn.Conv2d(channels, 2, 1))
-                                    for size in (1, 2, 3, 6))
+        self.stages = nn.ModuleList(nn.Sequential(nn.AdaptiveAvgPool2d(size), nn.Conv2d(channels, 2, 1)) for size in (1, 2, 3, 6))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         size = x.shape[-2:]
-        return torch.cat([x] + [nn.functional.interpolate(stage(x), size=size, mode="bilinear", align_corners=False)
-                                for stage in self.stages], dim=1)
+        return torch.cat(
+            [x] + [nn.functional.interpolate(stage(x), size=size, mode="bilinear", align_corners=False) for stage in self.stages],
+            dim=1,
+        )
 
 
 def _pooled(pool: nn.Module) -> nn.Module:
@@ -64,6 +65,7 @@ def _torchvision(name: str) -> Callable[[], nn.Module]:
         from fxpool.loading import build_torchvision
 
         return build_torchvision(name)
+
     return build
 
 
@@ -123,6 +125,7 @@ def _error(ours: torch.Tensor, expected: torch.Tensor, exact: bool) -> tuple[flo
 
 
 # --- runtimes: each takes (model, example, workdir) and returns (output or None, ops, delegated) ---
+
 
 def _executorch(model: nn.Module, x: torch.Tensor, workdir: Path) -> tuple[torch.Tensor | None, Counter, str | None]:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
@@ -247,8 +250,9 @@ def run_form(runtime: str, model: nn.Module, x: torch.Tensor, ours: bool, exact:
         except Exception as error:
             return RuntimeRun(False, False, reason=_first_line(error), seconds=time.perf_counter() - start)
     if output is None:
-        return RuntimeRun(True, None, ops=dict(ops), delegated=delegated, reason="prediction needs macOS",
-                          seconds=time.perf_counter() - start)
+        return RuntimeRun(
+            True, None, ops=dict(ops), delegated=delegated, reason="prediction needs macOS", seconds=time.perf_counter() - start
+        )
     error, bound = _error(output, expected, exact)
     return RuntimeRun(True, True, error, bound, dict(ops), delegated, seconds=time.perf_counter() - start)
 
@@ -272,8 +276,19 @@ def check(runtime: str, name: str, log: Path) -> Row:
     return Row(runtime, name, original, ours)
 
 
-_NOTABLE = ("GATHER_ND", "GatherND", "gather_nd", "Where", "SELECT", "select", "aten__adaptive_avg_pool2d",
-            "aten_adaptive_max_pool2d", "_adaptive_avg_pool2d", "adaptive_max_pool2d", "ScatterND")
+_NOTABLE = (
+    "GATHER_ND",
+    "GatherND",
+    "gather_nd",
+    "Where",
+    "SELECT",
+    "select",
+    "aten__adaptive_avg_pool2d",
+    "aten_adaptive_max_pool2d",
+    "_adaptive_avg_pool2d",
+    "adaptive_max_pool2d",
+    "ScatterND",
+)
 
 
 def _ops_cell(run: RuntimeRun) -> str:
@@ -295,11 +310,12 @@ def _run_cell(run: RuntimeRun) -> str:
 
 
 def markdown(rows: Sequence[Row]) -> str:
-    lines = ["| runtime | model | original | original's program | fxpool | fxpool's program |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| runtime | model | original | original's program | fxpool | fxpool's program |", "|---|---|---|---|---|---|"]
     for row in rows:
-        lines.append(f"| {row.runtime} | {row.model} | {_run_cell(row.original)} | {_ops_cell(row.original)} | "
-                     f"{_run_cell(row.fxpool)} | {_ops_cell(row.fxpool)} |")
+        lines.append(
+            f"| {row.runtime} | {row.model} | {_run_cell(row.original)} | {_ops_cell(row.original)} | "
+            f"{_run_cell(row.fxpool)} | {_ops_cell(row.fxpool)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -323,16 +339,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in args.models:
             row = check(runtime, name, report / "logs" / f"{runtime}-{name.replace(' ', '_').replace('>', '')}.log")
             rows.append(row)
-            print(f"{runtime:10s} {name:22s} original: {_run_cell(row.original)[:70]:70s} fxpool: {_run_cell(row.fxpool)}",
-                  file=out, flush=True)
+            print(
+                f"{runtime:10s} {name:22s} original: {_run_cell(row.original)[:70]:70s} fxpool: {_run_cell(row.fxpool)}",
+                file=out,
+                flush=True,
+            )
     report.mkdir(parents=True, exist_ok=True)
-    (report / "runtimes.json").write_text(json.dumps(
-        {"torch": torch.__version__, "skipped": skipped, "rows": [asdict(r) for r in rows]}, indent=2))
+    (report / "runtimes.json").write_text(
+        json.dumps({"torch": torch.__version__, "skipped": skipped, "rows": [asdict(r) for r in rows]}, indent=2)
+    )
     text = markdown(rows) + "".join(f"\n{r}: skipped, {why}\n" for r, why in skipped.items())
     (report / "runtimes.md").write_text(text)
     failed = [r for r in rows if not (r.fxpool.converted and r.fxpool.ran is not False and r.fxpool.exact is not False)]
-    print(f"\n{len(rows)} runtime x model cases, fxpool's conversion converts and runs exactly on "
-          f"{len(rows) - len(failed)}; report in {report}", file=out, flush=True)
+    print(
+        f"\n{len(rows)} runtime x model cases, fxpool's conversion converts and runs exactly on "
+        f"{len(rows) - len(failed)}; report in {report}",
+        file=out,
+        flush=True,
+    )
     return 1 if failed else 0
 
 

@@ -44,7 +44,7 @@ def sizes(name: str) -> list[int]:
 def build(name: str, shape: tuple[int, ...] | None = None) -> nn.Module:
     import segmentation_models_pytorch as smp
 
-    spec, _, variant = name[len(PREFIX):].partition(":")
+    spec, _, variant = name[len(PREFIX) :].partition(":")
     arch, _, encoder = spec.partition("-")
     classes = {cls.__name__: cls for cls in smp.MODEL_ARCHITECTURES_MAPPING.values()}
     options = dict(VARIANTS[variant]) if variant else {}

@@ -9,8 +9,9 @@ from collections.abc import Callable
 import torch
 
 
-def side_by_side(contenders: dict[str, Callable[[], object]], repeats: int, warmup: int = 3,
-                 device: str = "cpu", sample_s: float = 2e-3) -> dict[str, float]:
+def side_by_side(
+    contenders: dict[str, Callable[[], object]], repeats: int, warmup: int = 3, device: str = "cpu", sample_s: float = 2e-3
+) -> dict[str, float]:
     """Median seconds per call of each contender, alternating them within every repeat.
 
     Each sample runs a contender enough times back to back to last about ``sample_s`` (the count

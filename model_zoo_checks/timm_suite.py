@@ -21,37 +21,86 @@ PREFIX = "timm/"
 
 # family (timm module) -> the model swept for it.
 FAMILIES: dict[str, str] = {
-    "byoanet": "halonet_h1", "byobnet": "mobileone_s1", "convmixer": "convmixer_768_32",
-    "convnext": "convnext_zepto_rms", "cpubone": "cpubone_nano", "csatv2": "csatv2",
-    "cspnet": "cs3darknet_focus_s", "cspnext": "cspnext_tiny", "davit": "davit_tiny", "densenet": "densenet121",
-    "dla": "dla46x_c", "dpn": "dpn48b", "edgenext": "edgenext_xx_small", "efficientnet": "mobilenetv2_035",
-    "efficientvit_mit": "efficientvit_b0", "efficientvit_msra": "efficientvit_m0", "fasternet": "fasternet_t0",
-    "fastvit": "fastvit_t8", "focalnet": "focalnet_tiny_srf", "gcvit": "gcvit_xxtiny", "ghostnet": "ghostnet_050",
-    "hardcorenas": "hardcorenas_b", "hgnet": "hgnetv2_b0", "hrnet": "hrnet_w18_small",
-    "inception_next": "inception_next_atto", "inception_resnet_v2": "inception_resnet_v2",
-    "inception_v3": "inception_v3", "inception_v4": "inception_v4", "lcnetv2": "lcnetv2_small",
-    "lowformer": "lowformer_b0", "maxxvit": "maxvit_pico_rw_256", "metaformer": "poolformerv2_s12",
-    "mobilenetv3": "mobilenetv3_small_050", "mobilenetv5": "mobilenetv5_base", "mobilevit": "mobilevit_xxs",
-    "nasnet": "nasnetalarge", "nest": "nest_tiny", "nextvit": "nextvit_small", "nfnet": "nf_regnet_b0",
-    "pnasnet": "pnasnet5large", "pvt_v2": "pvt_v2_b2_li", "rdnet": "rdnet_tiny", "regnet": "regnetx_002",
-    "repghost": "repghostnet_050", "res2net": "res2next50", "resnest": "resnest14d", "resnet": "resnet10t",
-    "resnetv2": "resnetv2_18", "rexnet": "rexnet_100", "selecsls": "selecsls42", "senet": "legacy_seresnet18",
-    "shvit": "shvit_s1", "sknet": "skresnet18", "starnet": "starnet_s050",
-    "swin_transformer_v2_cr": "swinv2_cr_tiny_224", "tiny_vit": "tiny_vit_5m_224", "vgg": "vgg11",
-    "visformer": "visformer_tiny", "vision_transformer_sam": "samvit_base_patch16_224",
-    "vovnet": "ese_vovnet19b_slim_dw", "xception": "legacy_xception", "xception_aligned": "xception41p",
+    "byoanet": "halonet_h1",
+    "byobnet": "mobileone_s1",
+    "convmixer": "convmixer_768_32",
+    "convnext": "convnext_zepto_rms",
+    "cpubone": "cpubone_nano",
+    "csatv2": "csatv2",
+    "cspnet": "cs3darknet_focus_s",
+    "cspnext": "cspnext_tiny",
+    "davit": "davit_tiny",
+    "densenet": "densenet121",
+    "dla": "dla46x_c",
+    "dpn": "dpn48b",
+    "edgenext": "edgenext_xx_small",
+    "efficientnet": "mobilenetv2_035",
+    "efficientvit_mit": "efficientvit_b0",
+    "efficientvit_msra": "efficientvit_m0",
+    "fasternet": "fasternet_t0",
+    "fastvit": "fastvit_t8",
+    "focalnet": "focalnet_tiny_srf",
+    "gcvit": "gcvit_xxtiny",
+    "ghostnet": "ghostnet_050",
+    "hardcorenas": "hardcorenas_b",
+    "hgnet": "hgnetv2_b0",
+    "hrnet": "hrnet_w18_small",
+    "inception_next": "inception_next_atto",
+    "inception_resnet_v2": "inception_resnet_v2",
+    "inception_v3": "inception_v3",
+    "inception_v4": "inception_v4",
+    "lcnetv2": "lcnetv2_small",
+    "lowformer": "lowformer_b0",
+    "maxxvit": "maxvit_pico_rw_256",
+    "metaformer": "poolformerv2_s12",
+    "mobilenetv3": "mobilenetv3_small_050",
+    "mobilenetv5": "mobilenetv5_base",
+    "mobilevit": "mobilevit_xxs",
+    "nasnet": "nasnetalarge",
+    "nest": "nest_tiny",
+    "nextvit": "nextvit_small",
+    "nfnet": "nf_regnet_b0",
+    "pnasnet": "pnasnet5large",
+    "pvt_v2": "pvt_v2_b2_li",
+    "rdnet": "rdnet_tiny",
+    "regnet": "regnetx_002",
+    "repghost": "repghostnet_050",
+    "res2net": "res2next50",
+    "resnest": "resnest14d",
+    "resnet": "resnet10t",
+    "resnetv2": "resnetv2_18",
+    "rexnet": "rexnet_100",
+    "selecsls": "selecsls42",
+    "senet": "legacy_seresnet18",
+    "shvit": "shvit_s1",
+    "sknet": "skresnet18",
+    "starnet": "starnet_s050",
+    "swin_transformer_v2_cr": "swinv2_cr_tiny_224",
+    "tiny_vit": "tiny_vit_5m_224",
+    "vgg": "vgg11",
+    "visformer": "visformer_tiny",
+    "vision_transformer_sam": "samvit_base_patch16_224",
+    "vovnet": "ese_vovnet19b_slim_dw",
+    "xception": "legacy_xception",
+    "xception_aligned": "xception41p",
 }
 # Beyond one per family: the most used ones, and every SelectAdaptivePool2d kind on resnet18
 # ("fast" pools with mean/amax: nothing for fxpool to do, and the census must agree).
 EXTRA = ("efficientnet_b0", "resnet18:max", "resnet18:avgmax", "resnet18:catavgmax", "resnet18:fast")
 # The second input size when "own size + 26" does not run (window/patch/stride arithmetic).
-SECOND_SIZE: dict[str, int] = {"csatv2": 544, "dla46x_c": 256, "hrnet_w18_small": 256,
-                               "samvit_base_patch16_224": 256, "maxvit_pico_rw_256": 320,
-                               "gcvit_xxtiny": 256, "nest_tiny": 256, "visformer_tiny": 256,
-                               "swinv2_cr_tiny_224": 256}
+SECOND_SIZE: dict[str, int] = {
+    "csatv2": 544,
+    "dla46x_c": 256,
+    "hrnet_w18_small": 256,
+    "samvit_base_patch16_224": 256,
+    "maxvit_pico_rw_256": 320,
+    "gcvit_xxtiny": 256,
+    "nest_tiny": 256,
+    "visformer_tiny": 256,
+    "swinv2_cr_tiny_224": 256,
+}
 # Models timm builds for one input size: built with img_size= at their second size.
-BUILT_FOR_ONE_SIZE = frozenset({"maxvit_pico_rw_256", "gcvit_xxtiny", "nest_tiny", "visformer_tiny",
-                                "swinv2_cr_tiny_224"})
+BUILT_FOR_ONE_SIZE = frozenset({"maxvit_pico_rw_256", "gcvit_xxtiny", "nest_tiny", "visformer_tiny", "swinv2_cr_tiny_224"})
 SIZE_STEP = 26  # 224 -> 250: no power of two divides it past 2, so the pools' windows are uneven
 DEFAULT = ("timm/resnet18:catavgmax", "timm/efficientnet_b0")
 
@@ -61,7 +110,7 @@ def names() -> list[str]:
 
 
 def _parse(name: str) -> tuple[str, str | None]:
-    model, _, pool = name[len(PREFIX):].partition(":")
+    model, _, pool = name[len(PREFIX) :].partition(":")
     return model, (pool or None)
 
 

@@ -109,8 +109,9 @@ def ort_latencies(sessions: dict[str, Any], x: torch.Tensor, repeats: int = 9) -
     """Median milliseconds per graph, the graphs alternating within every repeat after a warm-up run,
     so that load from elsewhere on the machine falls on all of them alike."""
     feeds = {name: {s.get_inputs()[0].name: x.cpu().numpy()} for name, s in sessions.items()}
-    seconds = side_by_side({name: (lambda s=s, f=feeds[name]: s.run(None, f)) for name, s in sessions.items()},
-                           repeats, warmup=1, sample_s=0.0)
+    seconds = side_by_side(
+        {name: (lambda s=s, f=feeds[name]: s.run(None, f)) for name, s in sessions.items()}, repeats, warmup=1, sample_s=0.0
+    )
     return {name: value * 1e3 for name, value in seconds.items()}
 
 
@@ -131,8 +132,14 @@ class CaseSkipped(Exception):
     """The case cannot be checked (a known limitation, or the original itself does not run)."""
 
 
-def check(name: str, shape: tuple[int, ...], workdir: str, exporters: Sequence[str], device: str = "cpu",
-          dtypes: Sequence[str] = ("float32",)) -> Case:
+def check(
+    name: str,
+    shape: tuple[int, ...],
+    workdir: str,
+    exporters: Sequence[str],
+    device: str = "cpu",
+    dtypes: Sequence[str] = ("float32",),
+) -> Case:
     """Convert, compare and export one model at one input shape; never raises.
 
     The stages fill ``case`` in order (the original, the conversion in eager, each exporter); a
@@ -231,8 +238,10 @@ def _check_torchscript(case: Case, original: _Original, casedir: str, notes: lis
         if case.stock_torchscript != f"fails: {exporter_reason(error)}":
             raise
         # The exporter stops at an op that is not a pool, in the original as in ours.
-        notes.append(f"the TorchScript exporter fails on the original and the converted model alike "
-                     f"({exporter_reason(error)}); TorchScript export not checked")
+        notes.append(
+            f"the TorchScript exporter fails on the original and the converted model alike "
+            f"({exporter_reason(error)}); TorchScript export not checked"
+        )
         return
     stock = _export_path(casedir, case.model, "orig_ts")
     case.torchscript_ort_error = _verified(path, original, stock if case.stock_torchscript == "ok" else None, notes)
@@ -262,14 +271,17 @@ def _check_dynamo(case: Case, original: _Original, casedir: str, notes: list[str
     except Exception as error:
         if _torch_export_cannot_capture(error, stock_error):
             case.fxpool_dynamo = "fails: torch.export cannot capture the model (the original neither)"
-            notes.append("torch.export cannot capture this model, the original no more than the converted "
-                         "one; dynamo export not checked")
+            notes.append(
+                "torch.export cannot capture this model, the original no more than the converted one; dynamo export not checked"
+            )
             return
         if stock_error is not None and exporter_reason(error) == exporter_reason(stock_error):
             # The exporter stops at an op that is not a pool, in the original as in ours.
             case.fxpool_dynamo = f"fails: {exporter_reason(error)} (the original alike)"
-            notes.append(f"the dynamo exporter fails on the original and the converted model alike "
-                         f"({exporter_reason(error)}); dynamo export not checked")
+            notes.append(
+                f"the dynamo exporter fails on the original and the converted model alike "
+                f"({exporter_reason(error)}); dynamo export not checked"
+            )
             return
         case.fxpool_dynamo = f"fails: {exporter_reason(error)}"
         raise
@@ -297,11 +309,12 @@ def _census_disagreement(case: Case) -> str:
     the report leaves to PyTorch."""
     called, left = sum(case.pool_calls.values()), sum(case.pool_calls_converted.values())
     if called != case.pools:
-        return (f"the original calls {called} adaptive pools ({case.pool_calls}) but the report lists "
-                f"{case.pools}")
+        return f"the original calls {called} adaptive pools ({case.pool_calls}) but the report lists {case.pools}"
     if left != case.unconverted:
-        return (f"the converted model still calls {left} adaptive pools ({case.pool_calls_converted}) but the "
-                f"report leaves {case.unconverted} to PyTorch")
+        return (
+            f"the converted model still calls {left} adaptive pools ({case.pool_calls_converted}) but the "
+            f"report leaves {case.unconverted} to PyTorch"
+        )
     return ""
 
 
@@ -319,10 +332,13 @@ def pool_speeds(report: fxpool.ConversionReport, workdir: str) -> list[dict[str,
         if key in rows or dims not in (2, 3):
             continue
         row = onnx_case(family, record.input_shape, output, POOL_TIMING_REPEATS, workdir)
-        rows[key] = {"pool": f"{family} {'x'.join(map(str, record.input_shape[1:]))}->{'x'.join(map(str, output))}",
-                     "replacement": kind, "ort_ms_fxpool": row["ort_fxpool"] * 1e3,
-                     "ort_ms_stock": row["ort_dynamo_original"] * 1e3 if "ort_dynamo_original" in row else None,
-                     "stock": row.get("dynamo_original_error", "ok")}
+        rows[key] = {
+            "pool": f"{family} {'x'.join(map(str, record.input_shape[1:]))}->{'x'.join(map(str, output))}",
+            "replacement": kind,
+            "ort_ms_fxpool": row["ort_fxpool"] * 1e3,
+            "ort_ms_stock": row["ort_dynamo_original"] * 1e3 if "ort_dynamo_original" in row else None,
+            "stock": row.get("dynamo_original_error", "ok"),
+        }
     return list(rows.values())
 
 
@@ -348,8 +364,9 @@ def eager_errors(model: torch.nn.Module, x: torch.Tensor, device: str, dtypes: S
 
 def max_error(got: Any, want: Any, relative: bool = False) -> float:
     """Largest |got - want| over all tensor outputs (over the largest |want| when ``relative``)."""
-    pairs = [(torch.as_tensor(a), torch.as_tensor(b)) for a, b in zip(tree_leaves(got), tree_leaves(want))
-             if isinstance(b, torch.Tensor)]
+    pairs = [
+        (torch.as_tensor(a), torch.as_tensor(b)) for a, b in zip(tree_leaves(got), tree_leaves(want)) if isinstance(b, torch.Tensor)
+    ]
     worst = 0.0
     for a, b in pairs:
         if a.shape != b.shape:
@@ -382,9 +399,11 @@ def _verified(path: str, original: _Original, reference: str | None, notes: list
             raise
         os.replace(failed, path)
         error = max_error(ours, original.expected)
-        notes.append(f"onnxruntime differs from PyTorch (up to {error:.3g}) as it does on the stock export of the "
-                     f"original ({max_error(stock, original.expected):.3g}); fxpool's graph agrees with that one to "
-                     f"{gap:.1e}")
+        notes.append(
+            f"onnxruntime differs from PyTorch (up to {error:.3g}) as it does on the stock export of the "
+            f"original ({max_error(stock, original.expected):.3g}); fxpool's graph agrees with that one to "
+            f"{gap:.1e}"
+        )
         return error
 
 
@@ -407,8 +426,10 @@ def _load_cases(path: Path) -> list[Case]:
     if not path.is_file():
         return []
     names = {f.name for f in fields(Case)}
-    return [Case(**{k: v for k, v in record.items() if k in names} | {"input_shape": tuple(record["input_shape"])})
-            for record in json.loads(path.read_text())]
+    return [
+        Case(**{k: v for k, v in record.items() if k in names} | {"input_shape": tuple(record["input_shape"])})
+        for record in json.loads(path.read_text())
+    ]
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -423,28 +444,57 @@ def _shard(text: str) -> tuple[int, int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fxpool zoo", description="model-zoo sweep (torchvision, timm, smp)")
-    parser.add_argument("--models", nargs="*", default=None,
-                        help="names as in report.md: alexnet, timm/resnet18:catavgmax, smp/PSPNet-resnet18 "
-                             f"(default: {' '.join(default_names(SUITES))})")
-    parser.add_argument("--suite", nargs="+", choices=[*SUITES, "all"], default=["all"],
-                        help="which suites' models to sweep (all: those installed); default all")
-    parser.add_argument("--sizes", nargs="*", type=int, default=None,
-                        help="square input sizes (default: torchvision 160 320, timm the model's own and a second, "
-                             "smp 320 512; video models and a few slow ones keep their own fixed shape)")
-    parser.add_argument("--all", action="store_true",
-                        help="every model of the suites (torchvision: each with an adaptive pool, also at its own "
-                             "default size; timm: one per family; smp: every decoder on two encoders)")
+    parser.add_argument(
+        "--models",
+        nargs="*",
+        default=None,
+        help="names as in report.md: alexnet, timm/resnet18:catavgmax, smp/PSPNet-resnet18 "
+        f"(default: {' '.join(default_names(SUITES))})",
+    )
+    parser.add_argument(
+        "--suite",
+        nargs="+",
+        choices=[*SUITES, "all"],
+        default=["all"],
+        help="which suites' models to sweep (all: those installed); default all",
+    )
+    parser.add_argument(
+        "--sizes",
+        nargs="*",
+        type=int,
+        default=None,
+        help="square input sizes (default: torchvision 160 320, timm the model's own and a second, "
+        "smp 320 512; video models and a few slow ones keep their own fixed shape)",
+    )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="every model of the suites (torchvision: each with an adaptive pool, also at its own "
+        "default size; timm: one per family; smp: every decoder on two encoders)",
+    )
     parser.add_argument("--exporters", nargs="*", default=["torchscript", "dynamo"], choices=["torchscript", "dynamo"])
     add_device_options(parser, "cpu or cuda: where the eager checks run (in --dtypes)")
     parser.add_argument("--report", default="reports/zoo", help="folder for report.md/json, zoo.png and logs/")
-    parser.add_argument("--resume", action="store_true",
-                        help="keep the passed and skipped cases in REPORT/report.json, run the rest")
-    parser.add_argument("--shard", type=_shard, default=(1, 1), metavar="K/N",
-                        help="run only every N-th case, starting at the K-th (split a sweep over processes)")
-    parser.add_argument("--verbose", action="store_true",
-                        help="show the exporters' own output on the console instead of in REPORT/logs/")
-    parser.add_argument("--merge", nargs="+", default=None, metavar="DIR",
-                        help="combine the report.json of these folders (shards) into REPORT, run nothing")
+    parser.add_argument(
+        "--resume", action="store_true", help="keep the passed and skipped cases in REPORT/report.json, run the rest"
+    )
+    parser.add_argument(
+        "--shard",
+        type=_shard,
+        default=(1, 1),
+        metavar="K/N",
+        help="run only every N-th case, starting at the K-th (split a sweep over processes)",
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="show the exporters' own output on the console instead of in REPORT/logs/"
+    )
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        default=None,
+        metavar="DIR",
+        help="combine the report.json of these folders (shards) into REPORT, run nothing",
+    )
     args = parser.parse_args(argv)
     if args.merge:
         merged = {(c.model, c.input_shape): c for d in args.merge for c in _load_cases(Path(d) / "report.json")}
@@ -460,7 +510,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = swept_names(suites) if args.all else list(args.models or default_names(suites))
     jobs = [(n, s) for n in names for s in input_shapes(n, args.sizes, with_native=args.all)]
     shard, shards = args.shard
-    jobs = jobs[shard - 1::shards]
+    jobs = jobs[shard - 1 :: shards]
     folder = Path(args.report)
     previous = _load_cases(folder / "report.json") if args.resume else []
     done = {(c.model, c.input_shape): c for c in previous if c.status != "fail"}
@@ -495,8 +545,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             progress.close()
     write_reports(cases, folder)
     print(summary(cases))
-    print(f"reports in {folder}/: report.md (every case), report.json, zoo.png; per-case exporter output in "
-          f"{folder}/logs/")
+    print(f"reports in {folder}/: report.md (every case), report.json, zoo.png; per-case exporter output in {folder}/logs/")
     return 0 if all(c.status != "fail" for c in cases) else 1
 
 

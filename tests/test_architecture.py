@@ -12,24 +12,47 @@ FOUNDATIONS = {"errors", "copying", "globalstate", "loading"}
 ALLOWED: dict[str, set[str]] = {
     "windows": set(),
     "planning": {"windows"},
-    "errors": set(), "copying": set(), "globalstate": set(), "loading": {"errors"},
+    "errors": set(),
+    "copying": set(),
+    "globalstate": set(),
+    "loading": {"errors"},
     "calls": {"errors", "planning"},
     "example": {"errors"},
     "replacements": {"errors", "planning", "windows"},
     "dynamic": {"errors", "planning", "windows", "replacements"},
 }
-ALLOWED["recording"] = ALLOWED["graph_pass"] = ALLOWED["checking"] = ALLOWED["report"] = (
-    set().union(*ALLOWED.values(), ALLOWED) | {"recording", "graph_pass", "checking", "report"})
+ALLOWED["recording"] = ALLOWED["graph_pass"] = ALLOWED["checking"] = ALLOWED["report"] = set().union(*ALLOWED.values(), ALLOWED) | {
+    "recording",
+    "graph_pass",
+    "checking",
+    "report",
+}
 ALLOWED["convert"] = set(ALLOWED["recording"])
 ALLOWED["symbolics"] = ALLOWED["convert"] | {"convert"}
 ALLOWED["exporting"] = ALLOWED["symbolics"] | {"symbolics"}
 ALLOWED["cli"] = ALLOWED["__init__"] = ALLOWED["exporting"] | {"exporting", "cli", "__init__"}
 FORBIDDEN_THIRD_PARTY: dict[str, tuple[str, ...]] = {
-    "windows": ("torch",), "planning": ("torch",),
-    **{m: ("onnx", "onnxruntime", "onnxscript") for m in ("calls", "example", "replacements", "dynamic",
-                                                          "recording", "graph_pass", "checking", "report",
-                                                          "convert", "copying", "globalstate", "errors")},
-    "calls.fx": ("torch.fx",), "example.fx": ("torch.fx",),
+    "windows": ("torch",),
+    "planning": ("torch",),
+    **{
+        m: ("onnx", "onnxruntime", "onnxscript")
+        for m in (
+            "calls",
+            "example",
+            "replacements",
+            "dynamic",
+            "recording",
+            "graph_pass",
+            "checking",
+            "report",
+            "convert",
+            "copying",
+            "globalstate",
+            "errors",
+        )
+    },
+    "calls.fx": ("torch.fx",),
+    "example.fx": ("torch.fx",),
 }
 
 

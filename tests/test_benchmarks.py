@@ -17,8 +17,7 @@ from model_zoo_checks import benchmarks
 def test_slice_loop_baseline_is_the_adaptive_pool(family: str, in_sizes: tuple, out_sizes: tuple) -> None:
     x = torch.randn(2, 3, *in_sizes, dtype=torch.float64)
     native = F.adaptive_avg_pool2d if family == "avg" else F.adaptive_max_pool2d
-    torch.testing.assert_close(benchmarks.SliceLoopPool(out_sizes, family)(x), native(x, out_sizes),
-                               rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(benchmarks.SliceLoopPool(out_sizes, family)(x), native(x, out_sizes), rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("family", ["avg", "max"])

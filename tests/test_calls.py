@@ -29,13 +29,25 @@ SPELLINGS = {
     "F.adaptive_max_pool3d": (lambda x: F.adaptive_max_pool3d(x, 3), (2, 3, 5, 7, 4), True, "F.adaptive_max_pool3d"),
     "keywords": (lambda x: F.adaptive_max_pool2d(input=x, output_size=4), (2, 3, 10, 7), True, "F.adaptive_max_pool2d"),
     "None entry": (lambda x: F.adaptive_max_pool2d(x, (None, 3)), (2, 3, 10, 7), True, "F.adaptive_max_pool2d"),
-    "return_indices=True": (lambda x: F.adaptive_max_pool2d(x, 4, return_indices=True), (2, 3, 10, 7), False,
-                            "F.adaptive_max_pool2d_with_indices"),
-    "F.*_with_indices": (lambda x: F.adaptive_max_pool2d_with_indices(x, 4), (2, 3, 10, 7), False,
-                         "F.adaptive_max_pool2d_with_indices"),
+    "return_indices=True": (
+        lambda x: F.adaptive_max_pool2d(x, 4, return_indices=True),
+        (2, 3, 10, 7),
+        False,
+        "F.adaptive_max_pool2d_with_indices",
+    ),
+    "F.*_with_indices": (
+        lambda x: F.adaptive_max_pool2d_with_indices(x, 4),
+        (2, 3, 10, 7),
+        False,
+        "F.adaptive_max_pool2d_with_indices",
+    ),
     "torch.adaptive_max_pool1d": (lambda x: torch.adaptive_max_pool1d(x, 4), (2, 3, 10), False, "torch.adaptive_max_pool1d"),
-    "torch._C._nn.adaptive_max_pool2d": (lambda x: torch._C._nn.adaptive_max_pool2d(x, (4, 4)), (2, 3, 10, 7), False,
-                                         "torch._C._nn.adaptive_max_pool2d"),
+    "torch._C._nn.adaptive_max_pool2d": (
+        lambda x: torch._C._nn.adaptive_max_pool2d(x, (4, 4)),
+        (2, 3, 10, 7),
+        False,
+        "torch._C._nn.adaptive_max_pool2d",
+    ),
     "nn.AdaptiveMaxPool2d": (nn.AdaptiveMaxPool2d(4), (2, 3, 10, 7), True, "nn.AdaptiveMaxPool2d"),
 }
 

@@ -19,26 +19,46 @@ class EverySpelling(nn.Module):
         self.area = nn.Upsample(size=4, mode="area")
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
-        return [self.average(x), self.average(x), self.maximum(x)[0], self.area(x),
-                F.interpolate(x, scale_factor=0.5, mode="area"), F.interpolate(x, size=3),  # nearest: not a pool
-                F.adaptive_max_pool2d(x, 3), F.adaptive_max_pool2d(x, 3, return_indices=True)[0],
-                torch.adaptive_avg_pool1d(x[0], 3), torch._C._nn.adaptive_avg_pool2d(x, 1),
-                F.adaptive_avg_pool3d(x[None], 2), torch.adaptive_max_pool1d(x[0], 2)[0]]
+        return [
+            self.average(x),
+            self.average(x),
+            self.maximum(x)[0],
+            self.area(x),
+            F.interpolate(x, scale_factor=0.5, mode="area"),
+            F.interpolate(x, size=3),  # nearest: not a pool
+            F.adaptive_max_pool2d(x, 3),
+            F.adaptive_max_pool2d(x, 3, return_indices=True)[0],
+            torch.adaptive_avg_pool1d(x[0], 3),
+            torch._C._nn.adaptive_avg_pool2d(x, 1),
+            F.adaptive_avg_pool3d(x[None], 2),
+            torch.adaptive_max_pool1d(x[0], 2)[0],
+        ]
 
 
 def test_every_spelling_is_counted_once() -> None:
     calls = pool_calls(EverySpelling(), torch.randn(1, 4, 10, 10))
-    assert calls == {"adaptive_avg_pool2d": 3, "adaptive_max_pool2d": 3, "interpolate(area)": 2,
-                     "adaptive_avg_pool1d": 1, "adaptive_avg_pool3d": 1, "adaptive_max_pool1d": 1}
+    assert calls == {
+        "adaptive_avg_pool2d": 3,
+        "adaptive_max_pool2d": 3,
+        "interpolate(area)": 2,
+        "adaptive_avg_pool1d": 1,
+        "adaptive_avg_pool3d": 1,
+        "adaptive_max_pool1d": 1,
+    }
 
 
 def test_the_converted_model_calls_only_the_pools_the_report_leaves_and_the_census_agrees() -> None:
     model, x = EverySpelling().eval(), torch.randn(1, 4, 10, 10)
     converted = fxpool.convert(model, x)
     report = fxpool.report_of(converted)
-    case = zoo.Case("every_spelling", tuple(x.shape), pool_calls=pool_calls(model, x),
-                    pool_calls_converted=pool_calls(converted, x), pools=len(report.records),
-                    unconverted=len(report.unconverted))
+    case = zoo.Case(
+        "every_spelling",
+        tuple(x.shape),
+        pool_calls=pool_calls(model, x),
+        pool_calls_converted=pool_calls(converted, x),
+        pools=len(report.records),
+        unconverted=len(report.unconverted),
+    )
     # left to PyTorch: the three calls that return argmax indices
     assert case.pool_calls_converted == {"adaptive_max_pool2d": 2, "adaptive_max_pool1d": 1}
     assert sum(case.pool_calls.values()) == 11 and case.unconverted == 3
@@ -48,6 +68,12 @@ def test_the_converted_model_calls_only_the_pools_the_report_leaves_and_the_cens
 def test_a_report_that_misses_a_pool_or_leaves_one_silently_is_caught() -> None:
     missed = zoo.Case("m", (1, 3, 8, 8), pool_calls={"adaptive_avg_pool2d": 2}, pools=1)
     assert "the original calls 2 adaptive pools" in zoo._census_disagreement(missed)
-    left = zoo.Case("m", (1, 3, 8, 8), pool_calls={"adaptive_avg_pool2d": 1}, pools=1,
-                    pool_calls_converted={"adaptive_avg_pool2d": 1}, unconverted=0)
+    left = zoo.Case(
+        "m",
+        (1, 3, 8, 8),
+        pool_calls={"adaptive_avg_pool2d": 1},
+        pools=1,
+        pool_calls_converted={"adaptive_avg_pool2d": 1},
+        unconverted=0,
+    )
     assert "still calls 1 adaptive pools" in zoo._census_disagreement(left)

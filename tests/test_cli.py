@@ -17,31 +17,84 @@ EXPORT_TESTS = Path(__file__).with_name("test_export.py")  # holds IndicesHead, 
 
 def test_cli_export_and_inspect(tmp_path) -> None:
     out = tmp_path / "cli.onnx"
-    run = subprocess.run([sys.executable, "-m", "fxpool.cli", "export", "torchvision:squeezenet1_1",
-                          "--input-shape", "1,3,96,96", "-o", str(out), "--exporter", "torchscript",
-                          "--dynamic-batch"], capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fxpool.cli",
+            "export",
+            "torchvision:squeezenet1_1",
+            "--input-shape",
+            "1,3,96,96",
+            "-o",
+            str(out),
+            "--exporter",
+            "torchscript",
+            "--dynamic-batch",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr
     assert out.exists() and "onnxruntime max abs error" in run.stdout
     onnx.checker.check_model(str(out))
-    inspect = subprocess.run([sys.executable, "-m", "fxpool.cli", "inspect", "torchvision:alexnet",
-                              "--input-shape", "1,3,160,160"], capture_output=True, text=True, timeout=300)
+    inspect = subprocess.run(
+        [sys.executable, "-m", "fxpool.cli", "inspect", "torchvision:alexnet", "--input-shape", "1,3,160,160"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert inspect.returncode == 0 and "kron-matmul" in inspect.stdout
-    bad = subprocess.run([sys.executable, "-m", "fxpool.cli", "inspect", "torchvision:nope",
-                          "--input-shape", "1,3,8,8"], capture_output=True, text=True, timeout=300)
+    bad = subprocess.run(
+        [sys.executable, "-m", "fxpool.cli", "inspect", "torchvision:nope", "--input-shape", "1,3,8,8"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bad.returncode == 2 and "no model 'nope'" in bad.stderr
     assert op_histogram(str(out))["ReduceMean"] == 1
 
 
 def test_cli_prints_the_report_and_exits_2_on_an_export_it_cannot_do(tmp_path) -> None:
-    run = subprocess.run([sys.executable, "-m", "fxpool.cli", "export", f"{EXPORT_TESTS}:IndicesHead", "--input-shape",
-                          "1,3,10,10", "--dynamic-hw", "-o", str(tmp_path / "m.onnx")],
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fxpool.cli",
+            "export",
+            f"{EXPORT_TESTS}:IndicesHead",
+            "--input-shape",
+            "1,3,10,10",
+            "--dynamic-hw",
+            "-o",
+            str(tmp_path / "m.onnx"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 2, run.stderr
     assert "ExportFailedError" in run.stderr and "return_indices=True" in run.stderr
     assert "Traceback" not in run.stderr
-    debug = subprocess.run([sys.executable, "-m", "fxpool.cli", "--debug", "export", f"{EXPORT_TESTS}:IndicesHead",
-                            "--input-shape", "1,3,10,10", "--dynamic-hw", "-o", str(tmp_path / "m.onnx")],
-                           capture_output=True, text=True, timeout=300)
+    debug = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fxpool.cli",
+            "--debug",
+            "export",
+            f"{EXPORT_TESTS}:IndicesHead",
+            "--input-shape",
+            "1,3,10,10",
+            "--dynamic-hw",
+            "-o",
+            str(tmp_path / "m.onnx"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert debug.returncode == 1 and "Traceback" in debug.stderr
 
 

@@ -47,9 +47,18 @@ def test_every_spelling_is_found_and_converted_exactly() -> None:
     for kind in ("AvgPool2d", "AvgPool1d", "AvgPool3d", "mean", "matmul", "kron-matmul", "nearest upsample"):
         assert kind in kinds
     forms = {r.op for r in report.records}
-    assert {"nn.AdaptiveAvgPool2d", "F.adaptive_avg_pool2d", "torch._C._nn.adaptive_avg_pool2d",
-            "F.adaptive_avg_pool1d", "nn.AdaptiveAvgPool1d", "nn.AdaptiveAvgPool3d", "F.adaptive_avg_pool3d",
-            "torch._C._nn.adaptive_avg_pool3d", "F.interpolate(mode='area')", "nn.Upsample(mode='area')"} <= forms
+    assert {
+        "nn.AdaptiveAvgPool2d",
+        "F.adaptive_avg_pool2d",
+        "torch._C._nn.adaptive_avg_pool2d",
+        "F.adaptive_avg_pool1d",
+        "nn.AdaptiveAvgPool1d",
+        "nn.AdaptiveAvgPool3d",
+        "F.adaptive_avg_pool3d",
+        "torch._C._nn.adaptive_avg_pool3d",
+        "F.interpolate(mode='area')",
+        "nn.Upsample(mode='area')",
+    } <= forms
     functional = [r for r in report.records if r.form == "functional"]
     assert all(r.source and "models.py" in r.source for r in functional)
     assert "kron-matmul" in str(report) and "whole model traced" in str(report)
@@ -202,6 +211,7 @@ def test_quantized_input_is_left_alone_with_reason() -> None:
 
 # --- bad input: clear errors, nothing half-converted ---
 
+
 def test_non_tensor_example_input() -> None:
     with pytest.raises(ExampleInputError, match="holds no tensor"):
         fxpool.convert(EverySpelling(), "an image")
@@ -209,17 +219,23 @@ def test_non_tensor_example_input() -> None:
 
 def test_wrong_rank_example_input() -> None:
     model = nn.Sequential(nn.Flatten(0), nn.Unflatten(0, (1, 3, 5, 5)), nn.AdaptiveAvgPool2d(3))
-    with pytest.raises(ExampleInputError, match=r"Sequential.forward raised RuntimeError on the example input "
-                                                r"\(Tensor\(3, 5\)\).*Nothing was converted"):
+    with pytest.raises(
+        ExampleInputError,
+        match=r"Sequential.forward raised RuntimeError on the example input "
+        r"\(Tensor\(3, 5\)\).*Nothing was converted",
+    ):
         fxpool.convert(model, torch.randn(3, 5))
 
     class RankFive(nn.Module):
         def forward(self, x):
             return F.adaptive_avg_pool2d(x, 3)
 
-    with pytest.raises(PoolCallError, match=r"F.adaptive_avg_pool2d at .*test_convert.py:\d+ in forward: "
-                                            r"input of shape \(1, 1, 2, 5, 5\) has rank 5, "
-                                            r"but a 2d pool takes rank 3 \(unbatched\) or 4 \(batched\)"):
+    with pytest.raises(
+        PoolCallError,
+        match=r"F.adaptive_avg_pool2d at .*test_convert.py:\d+ in forward: "
+        r"input of shape \(1, 1, 2, 5, 5\) has rank 5, "
+        r"but a 2d pool takes rank 3 \(unbatched\) or 4 \(batched\)",
+    ):
         fxpool.convert(RankFive(), torch.randn(1, 1, 2, 5, 5))
 
 
@@ -227,6 +243,7 @@ def test_negative_output_size_names_the_call() -> None:
     class Negative(nn.Module):
         def forward(self, x):
             return F.adaptive_avg_pool2d(x, (3, -1))
+
     with pytest.raises(PoolCallError, match=r"F.adaptive_avg_pool2d: output_size \(3, -1\) has a negative.*test_convert.py"):
         fxpool.convert(Negative(), torch.randn(1, 2, 5, 5))
     with pytest.raises(PoolCallError, match=r"1: nn.AdaptiveAvgPool2d: output_size \(2, -3\) has a negative"):
@@ -242,6 +259,7 @@ def test_forward_that_raises() -> None:
     class Broken(nn.Module):
         def forward(self, x):
             raise KeyError("boom")
+
     with pytest.raises(ExampleInputError, match="Broken.forward raised KeyError.*Nothing was converted"):
         fxpool.convert(Broken(), torch.randn(1))
 
@@ -252,6 +270,7 @@ def test_not_a_module() -> None:
 
 
 # --- what the converted model keeps of the original ---
+
 
 class WithExtras(nn.Module):
     """Methods, a property, an auxiliary head and a buffer that forward never touches."""
@@ -363,8 +382,11 @@ class FunctionalDropout(nn.Module):
         return F.dropout(self.pool(x), 0.5, training=self.training)
 
 
-@pytest.mark.parametrize("build", [AuxHead, lambda: nn.Sequential(nn.Conv2d(3, 3, 1), FunctionalDropout())],
-                         ids=["root-branches-on-training", "submodule-reads-training"])
+@pytest.mark.parametrize(
+    "build",
+    [AuxHead, lambda: nn.Sequential(nn.Conv2d(3, 3, 1), FunctionalDropout())],
+    ids=["root-branches-on-training", "submodule-reads-training"],
+)
 def test_code_that_reads_self_training_keeps_following_the_mode(build) -> None:
     model = build().eval()
     x = torch.randn(2, 3, 10, 10)
@@ -387,9 +409,11 @@ class _AreaBySize(nn.Module):
         return F.interpolate(x, size=4, mode="area")
 
 
-@pytest.mark.parametrize("build", [lambda: nn.Upsample(size=4, mode="area"),
-                                   lambda: nn.Sequential(nn.Upsample(size=4, mode="area")), _AreaBySize],
-                         ids=["root-upsample", "upsample-in-sequential", "interpolate"])
+@pytest.mark.parametrize(
+    "build",
+    [lambda: nn.Upsample(size=4, mode="area"), lambda: nn.Sequential(nn.Upsample(size=4, mode="area")), _AreaBySize],
+    ids=["root-upsample", "upsample-in-sequential", "interpolate"],
+)
 def test_an_int_area_size_covers_every_spatial_axis(build) -> None:
     # An int size of interpolate/Upsample is every axis's size: 10x10 -> 4x4, not 4x10.
     model, x = build(), torch.randn(1, 4, 10, 10)
@@ -405,7 +429,7 @@ def test_a_failed_self_check_that_blames_nothing_undoes_every_replacement(monkey
 
     native_forward = replacements.ExactAdaptivePool.forward
     monkeypatch.setattr(replacements.ExactAdaptivePool, "forward", lambda self, x: native_forward(self, x) + 1)
-    monkeypatch.setattr(checking, "_replacement_hook", lambda checks: (lambda module, inputs, output: None))
+    monkeypatch.setattr(checking, "_replacement_hook", lambda checks: lambda module, inputs, output: None)
     model, x = nn.AdaptiveAvgPool2d(3), torch.randn(1, 4, 10, 10)
     converted = fxpool.convert(model, x)
     torch.testing.assert_close(converted(x), model(x), rtol=0, atol=0)

@@ -20,8 +20,11 @@ from fxpool.dynamic import DynamicAdaptiveAvgPool, DynamicAdaptiveMaxPool
 AVG = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}
 MAX = {1: F.adaptive_max_pool1d, 2: F.adaptive_max_pool2d, 3: F.adaptive_max_pool3d}
 OUTPUTS = [(5,), (1,), (7, 5), (3, None), (None, 4), (2, 3, 4), (1, None, 6)]
-SIZES = {1: [(1,), (4,), (9,), (31,), (100,)], 2: [(1, 1), (4, 3), (10, 10), (13, 17), (31, 64), (100, 9)],
-         3: [(1, 2, 3), (5, 5, 5), (9, 4, 13)]}
+SIZES = {
+    1: [(1,), (4,), (9,), (31,), (100,)],
+    2: [(1, 1), (4, 3), (10, 10), (13, 17), (31, 64), (100, 9)],
+    3: [(1, 2, 3), (5, 5, 5), (9, 4, 13)],
+}
 
 
 @pytest.mark.parametrize("out_sizes", OUTPUTS, ids=str)

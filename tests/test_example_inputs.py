@@ -56,14 +56,18 @@ def batch() -> dict[str, torch.Tensor]:
     return {"image": image(), "scale": torch.tensor(2.0)}
 
 
-@pytest.mark.parametrize("args,kwargs", [
-    ((image(),), None),
-    ((image(), {"mask": mask()}), None),
-    (({"image": image()},), None),
-    ((batch(), {}), None),
-    ((image(), {"not": "keywords"}), {"mask": mask()}),
-    ((image(), mask()), {}),
-], ids=["tensor", "trailing-dict", "only-dict", "dict-then-empty", "dict-and-kwargs", "empty-kwargs"])
+@pytest.mark.parametrize(
+    "args,kwargs",
+    [
+        ((image(),), None),
+        ((image(), {"mask": mask()}), None),
+        (({"image": image()},), None),
+        ((batch(), {}), None),
+        ((image(), {"not": "keywords"}), {"mask": mask()}),
+        ((image(), mask()), {}),
+    ],
+    ids=["tensor", "trailing-dict", "only-dict", "dict-then-empty", "dict-and-kwargs", "empty-kwargs"],
+)
 def test_the_example_is_read_exactly_as_the_dynamo_exporter_reads_it(args: tuple, kwargs: dict | None) -> None:
     ours = read_example(args, kwargs)
     theirs_args, theirs_kwargs = _get_torch_export_args(args, kwargs)
@@ -185,8 +189,11 @@ class ScalesByAFloat(nn.Module):
 
 
 @pytest.mark.parametrize("dynamo", EXPORTERS)
-@pytest.mark.parametrize("model,args", [(IgnoresItsFirstInput, lambda: (torch.randn(2), image())),
-                                        (ScalesByAFloat, lambda: (image(), 2.5))], ids=["unused-input", "float-arg"])
+@pytest.mark.parametrize(
+    "model,args",
+    [(IgnoresItsFirstInput, lambda: (torch.randn(2), image())), (ScalesByAFloat, lambda: (image(), 2.5))],
+    ids=["unused-input", "float-arg"],
+)
 def test_verification_feeds_the_graph_the_right_tensors(model, args, dynamo: bool, tmp_path) -> None:
     # the TorchScript exporter drops the unused input (the graph has one input, "x.1")
     result = fxpool.export(model().eval(), args(), tmp_path / "m.onnx", dynamo=dynamo)

@@ -25,10 +25,14 @@ CASES = {  # name: (input spatial, output, the op that must carry the pool)
     "4x5->6": ((4, 5), (6, 6), "MatMul"),
     "9->1": ((9, 9), (1, 1), "ReduceMean"),
 }
-EXPORTERS = [pytest.param(False, 11, id="torchscript-11"), pytest.param(False, 13, id="torchscript-13"),
-             pytest.param(False, 17, id="torchscript-17"),
-             pytest.param(False, 20, id="torchscript-20"), pytest.param(True, 18, id="dynamo-18"),
-             pytest.param(True, 23, id="dynamo-23")]
+EXPORTERS = [
+    pytest.param(False, 11, id="torchscript-11"),
+    pytest.param(False, 13, id="torchscript-13"),
+    pytest.param(False, 17, id="torchscript-17"),
+    pytest.param(False, 20, id="torchscript-20"),
+    pytest.param(True, 18, id="dynamo-18"),
+    pytest.param(True, 23, id="dynamo-23"),
+]
 
 
 def pooled(output: tuple, family: str = "avg") -> nn.Module:
@@ -83,8 +87,11 @@ def test_vgg_at_320_round_trip(tmp_path) -> None:
 def test_dynamic_batch_runs_at_another_batch_size(dynamo: bool, tmp_path) -> None:
     model = pooled((7, 7))
     path = tmp_path / "m.onnx"
-    options = ({"dynamic_shapes": ({0: torch.export.Dim("batch", min=1, max=64)},)} if dynamo
-               else {"dynamic_axes": {"x": {0: "batch"}}, "input_names": ["x"]})
+    options = (
+        {"dynamic_shapes": ({0: torch.export.Dim("batch", min=1, max=64)},)}
+        if dynamo
+        else {"dynamic_axes": {"x": {0: "batch"}}, "input_names": ["x"]}
+    )
     fxpool.export(model, torch.randn(2, 3, 10, 10), path, dynamo=dynamo, **options)
     x = torch.randn(5, 3, 10, 10)
     (out,) = run_onnxruntime(str(path), (x,))
@@ -98,15 +105,15 @@ def test_shape_specialised_graph_rejects_other_sizes_and_dynamic_spatial_axes(tm
     with pytest.raises(Exception, match="(?i)dimension|shape"):
         run_onnxruntime(str(path), (torch.randn(1, 3, 12, 12),))
     with pytest.raises(ValueError, match="spatial axis 2.*dynamic=True"):
-        fxpool.export(model, torch.randn(1, 3, 10, 10), path, dynamo=False,
-                      dynamic_axes={"x": {0: "b", 2: "h"}}, input_names=["x"])
+        fxpool.export(model, torch.randn(1, 3, 10, 10), path, dynamo=False, dynamic_axes={"x": {0: "b", 2: "h"}}, input_names=["x"])
 
 
 def dynamic_hw(dynamo: bool, smallest: int) -> dict:
     """Export options that make axes 2 and 3 of the input ``x`` dynamic, for either exporter."""
     if dynamo:
-        return {"dynamic_shapes": ({2: torch.export.Dim("h", min=smallest, max=512),
-                                    3: torch.export.Dim("w", min=smallest, max=512)},)}
+        return {
+            "dynamic_shapes": ({2: torch.export.Dim("h", min=smallest, max=512), 3: torch.export.Dim("w", min=smallest, max=512)},)
+        }
     return {"dynamic_axes": {"x": {2: "h", 3: "w"}}, "input_names": ["x"]}
 
 
@@ -114,8 +121,7 @@ def dynamic_hw(dynamo: bool, smallest: int) -> dict:
 def test_dynamic_size_mode_is_exact_at_every_size(dynamo: bool, tmp_path) -> None:
     model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.AdaptiveAvgPool2d((7, 5))).eval()
     path = tmp_path / "dyn.onnx"
-    result = fxpool.export(model, torch.randn(1, 3, 10, 10), path, dynamo=dynamo, dynamic=True,
-                           **dynamic_hw(dynamo, smallest=2))
+    result = fxpool.export(model, torch.randn(1, 3, 10, 10), path, dynamo=dynamo, dynamic=True, **dynamic_hw(dynamo, smallest=2))
     assert not {"GatherND", "Where", "Loop", "If", "ScatterND"} & set(result.op_histogram)
     for h, w in [(4, 3), (10, 10), (13, 17), (31, 64), (7, 5), (100, 9)]:
         x = torch.randn(1, 3, h, w)
@@ -130,8 +136,7 @@ DYNAMIC_MAX_SIZES = [(4, 3), (10, 10), (13, 17), (31, 64), (7, 5), (100, 9), (1,
 def test_dynamic_size_mode_covers_max_pools_exactly_at_every_size(dynamo: bool, tmp_path) -> None:
     model = nn.Sequential(nn.AdaptiveMaxPool2d((7, 5))).eval()  # alone, so the comparison can be bit for bit
     path = tmp_path / "dynmax.onnx"
-    result = fxpool.export(model, torch.randn(1, 3, 10, 10), path, dynamo=dynamo, dynamic=True,
-                           **dynamic_hw(dynamo, smallest=1))
+    result = fxpool.export(model, torch.randn(1, 3, 10, 10), path, dynamo=dynamo, dynamic=True, **dynamic_hw(dynamo, smallest=1))
     assert result.report.records[0].replacement.startswith("dynamic masked max")
     # Where selects each window's entries from a mask built of Range and comparisons; no indexing by data
     assert not {"GatherND", "Loop", "If", "ScatterND", "MaxPool"} & set(result.op_histogram), result.op_histogram
@@ -208,13 +213,21 @@ class ExportTimeOnly(nn.Module):
 
 
 EXPORT_TIME_POOLS = {  # name: (pool, example shape, the dynamic axes, sizes to run at)
-    "area-7x5": (lambda x: F.interpolate(x, size=(7, 5), mode="area"), (1, 3, 10, 10), (2, 3),
-                 [(4, 3), (10, 10), (13, 17), (31, 64), (3, 100)]),
+    "area-7x5": (
+        lambda x: F.interpolate(x, size=(7, 5), mode="area"),
+        (1, 3, 10, 10),
+        (2, 3),
+        [(4, 3), (10, 10), (13, 17), (31, 64), (3, 100)],
+    ),
     "none-x4": (lambda x: F.adaptive_avg_pool2d(x, (None, 4)), (1, 3, 10, 10), (2, 3), [(5, 9), (12, 3)]),
     "1d-5": (lambda x: F.interpolate(x, size=5, mode="area"), (2, 3, 12), (2,), [(7,), (5,), (3,), (64,)]),
     "3d-2x3x4": (lambda x: F.adaptive_avg_pool3d(x, (2, 3, 4)), (1, 2, 6, 7, 8), (2, 3, 4), [(5, 5, 5), (9, 4, 13)]),
-    "area-scale-0.4": (lambda x: F.interpolate(x, scale_factor=0.4, mode="area"), (1, 3, 10, 10), (2, 3),
-                       [(10, 10), (13, 7), (31, 64)]),  # the output size is computed in the graph
+    "area-scale-0.4": (
+        lambda x: F.interpolate(x, scale_factor=0.4, mode="area"),
+        (1, 3, 10, 10),
+        (2, 3),
+        [(10, 10), (13, 7), (31, 64)],
+    ),  # the output size is computed in the graph
 }
 
 
@@ -256,8 +269,7 @@ def test_verification_tolerance_scales_with_the_output(offset: float, passes: bo
         expected = model(x)
     scale = 1e4 / expected.abs().max()
     model = nn.Sequential(model, Scale(scale))
-    monkeypatch.setattr(export_module, "run_onnxruntime",
-                        lambda path, args, **_: [(expected * scale + offset).numpy()])
+    monkeypatch.setattr(export_module, "run_onnxruntime", lambda path, args, **_: [(expected * scale + offset).numpy()])
     if passes:
         fxpool.export(model, x, tmp_path / "m.onnx", dynamo=False)
     else:
@@ -276,6 +288,7 @@ class Scale(nn.Module):
 
 # --- the caller's state, sizes at export time, and the hook across threads ---
 
+
 def test_export_of_a_train_mode_model_exports_eval_and_leaves_everything_as_it_was(tmp_path) -> None:
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Dropout(0.5), nn.AdaptiveAvgPool2d(5)).train()
     x = torch.randn(2, 3, 12, 12)
@@ -293,8 +306,9 @@ def test_export_of_a_train_mode_model_exports_eval_and_leaves_everything_as_it_w
 
 def test_a_converted_model_exported_at_another_size_is_refused(tmp_path) -> None:
     for pool, size in ((nn.AdaptiveMaxPool2d(3), 11), (nn.AdaptiveAvgPool2d(10), 6)):
-        converted = fxpool.convert(nn.Sequential(nn.Conv2d(3, 3, 1), pool), torch.randn(1, 3, 7 if size == 11 else 5,
-                                                                                        7 if size == 11 else 5))
+        converted = fxpool.convert(
+            nn.Sequential(nn.Conv2d(3, 3, 1), pool), torch.randn(1, 3, 7 if size == 11 else 5, 7 if size == 11 else 5)
+        )
         with pytest.raises(Exception, match="specialised for spatial size"):
             torch.onnx.export(converted, (torch.randn(1, 3, size, size),), str(tmp_path / "s.onnx"), dynamo=False)
         with pytest.raises(Exception, match="specialised for spatial size"):
@@ -388,8 +402,7 @@ class UntraceablePools(nn.Module):
         return x
 
 
-def test_the_report_says_which_left_pools_the_export_still_lowers_exactly_and_strict_tells_them_apart(
-        tmp_path) -> None:
+def test_the_report_says_which_left_pools_the_export_still_lowers_exactly_and_strict_tells_them_apart(tmp_path) -> None:
     x = torch.randn(1, 3, 10, 10)
     report = fxpool.explain(UntraceablePools("avg"), x)
     (left,) = report.unconverted
@@ -414,9 +427,11 @@ def test_the_report_says_which_left_pools_the_export_still_lowers_exactly_and_st
             torch.onnx.export(UntraceablePools("max"), (x,), str(tmp_path / "max-hooked.onnx"), dynamo=False)
 
 
-@pytest.mark.parametrize("pool,size", [(nn.AdaptiveAvgPool2d(5), 10), (nn.AdaptiveAvgPool2d(7), 10),
-                                       (nn.AdaptiveAvgPool2d(20), 10), (nn.AdaptiveMaxPool2d(7), 10)],
-                         ids=["avgpool", "matmul", "upsample", "max-gather"])
+@pytest.mark.parametrize(
+    "pool,size",
+    [(nn.AdaptiveAvgPool2d(5), 10), (nn.AdaptiveAvgPool2d(7), 10), (nn.AdaptiveAvgPool2d(20), 10), (nn.AdaptiveMaxPool2d(7), 10)],
+    ids=["avgpool", "matmul", "upsample", "max-gather"],
+)
 def test_torch_export_with_dynamic_spatial_axes_on_a_specialised_model_raises_fxpools_error(pool, size) -> None:
     converted = fxpool.convert(nn.Sequential(nn.Conv2d(3, 4, 1), pool).eval(), torch.randn(1, 3, size, size))
     dims = ({2: torch.export.Dim("h", min=2, max=256), 3: torch.export.Dim("w", min=2, max=256)},)
@@ -439,12 +454,17 @@ class IndicesHead(nn.Module):
 
 @pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
 def test_an_export_that_fails_on_a_pool_fxpool_left_says_so_with_the_report(dynamo: bool, tmp_path) -> None:
-    options = ({"dynamic_shapes": ({2: torch.export.Dim.AUTO, 3: torch.export.Dim.AUTO},)} if dynamo
-               else {"dynamic_axes": {"x": {2: "h", 3: "w"}}, "input_names": ["x"]})
-    with pytest.raises(fxpool.ExportFailedError, match=r"(?s)left 1 adaptive pool\(s\) to the stock exporter.*"
-                                                       r"pool .*left to PyTorch \(!\).*return_indices=True"):
-        fxpool.export(IndicesHead().eval(), torch.randn(1, 3, 10, 10), tmp_path / "m.onnx", dynamo=dynamo, dynamic=True,
-                      **options)
+    options = (
+        {"dynamic_shapes": ({2: torch.export.Dim.AUTO, 3: torch.export.Dim.AUTO},)}
+        if dynamo
+        else {"dynamic_axes": {"x": {2: "h", 3: "w"}}, "input_names": ["x"]}
+    )
+    with pytest.raises(
+        fxpool.ExportFailedError,
+        match=r"(?s)left 1 adaptive pool\(s\) to the stock exporter.*"
+        r"pool .*left to PyTorch \(!\).*return_indices=True",
+    ):
+        fxpool.export(IndicesHead().eval(), torch.randn(1, 3, 10, 10), tmp_path / "m.onnx", dynamo=dynamo, dynamic=True, **options)
 
 
 @pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])

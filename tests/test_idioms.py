@@ -59,8 +59,9 @@ def assert_untouched(model: nn.Module, before: dict[str, Any]) -> None:
     assert torch.equal(after["rng"], before["rng"])
 
 
-def check_idiom(model: nn.Module, example: torch.Tensor, second: torch.Tensor, converted_pools: int | None,
-                left_pools: int = 0) -> nn.Module:
+def check_idiom(
+    model: nn.Module, example: torch.Tensor, second: torch.Tensor, converted_pools: int | None, left_pools: int = 0
+) -> nn.Module:
     """The assertions every case makes; returns the converted model."""
     before = snapshot(model)
     converted = fxpool.convert(model, example)
@@ -98,8 +99,7 @@ def test_idiom(idiom: Idiom, tmp_path: Any) -> None:
     assert idiom.exporters or idiom.why_not_exported
     before = snapshot(model)
     for exporter in idiom.exporters:
-        result = fxpool.export(model, example, str(tmp_path / f"{idiom.name}-{exporter}.onnx"),
-                               dynamo=exporter == "dynamo")
+        result = fxpool.export(model, example, str(tmp_path / f"{idiom.name}-{exporter}.onnx"), dynamo=exporter == "dynamo")
         assert result.max_abs_error is not None and result.max_abs_error < 1e-4
         if not report_of(converted).unconverted:
             assert not {"GatherND", "Where", "Loop", "If", "ScatterND"} & result.op_histogram.keys()
@@ -206,8 +206,9 @@ class _Functional(nn.Module):
     batch=st.integers(1, 2),
     grow=st.integers(1, 3),
 )
-def test_random_composed_models(parts: list[tuple[nn.Module, int]], parent: str, height: int, width: int,
-                                batch: int, grow: int) -> None:
+def test_random_composed_models(
+    parts: list[tuple[nn.Module, int]], parent: str, height: int, width: int, batch: int, grow: int
+) -> None:
     modules = [m for m, _ in parts]
     model = Cat(*modules) if parent == "cat" else DataBranch(*modules)
     example = torch.randn(batch, 3, height, width)

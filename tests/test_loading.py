@@ -24,8 +24,10 @@ def test_module_and_file_specs(tmp_path) -> None:
     assert model(torch.randn(1, 2, 7, 7)).shape == (1, 2, 3, 3) and not model.training
 
 
-@pytest.mark.parametrize("spec,message", [("alexnet", "expected torchvision:NAME"), ("torchvision:nope", "no model 'nope'"),
-                                          ("/no/such.py:build", "no file")])
+@pytest.mark.parametrize(
+    "spec,message",
+    [("alexnet", "expected torchvision:NAME"), ("torchvision:nope", "no model 'nope'"), ("/no/such.py:build", "no file")],
+)
 def test_bad_specs_say_what_is_wrong(spec: str, message: str) -> None:
     with pytest.raises(ModelSpecError, match=message):
         load_model(spec)

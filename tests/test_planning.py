@@ -18,12 +18,21 @@ from fxpool.planning import (
 )
 
 
-@pytest.mark.parametrize("family,in_size,out_size,kind", [
-    ("avg", 7, 7, "identity"), ("avg", 7, 1, "reduce"), ("avg", 7, 3, "pool"), ("avg", 4, 8, "upsample"),
-    ("avg", 10, 7, "matrix"), ("max", 10, 7, "gather"), ("avg", 1000, 969, "gather"),
-    ("max", 1, 1, "identity"),  # identity comes before reduce
-    ("avg", 3, 6, "upsample"), ("avg", 4, 6, "matrix"),
-])
+@pytest.mark.parametrize(
+    "family,in_size,out_size,kind",
+    [
+        ("avg", 7, 7, "identity"),
+        ("avg", 7, 1, "reduce"),
+        ("avg", 7, 3, "pool"),
+        ("avg", 4, 8, "upsample"),
+        ("avg", 10, 7, "matrix"),
+        ("max", 10, 7, "gather"),
+        ("avg", 1000, 969, "gather"),
+        ("max", 1, 1, "identity"),  # identity comes before reduce
+        ("avg", 3, 6, "upsample"),
+        ("avg", 4, 6, "matrix"),
+    ],
+)
 def test_first_rule_that_applies_wins(family: str, in_size: int, out_size: int, kind: str) -> None:
     assert choose_axis(family, in_size, out_size).kind == kind  # type: ignore[arg-type]
 
@@ -103,8 +112,11 @@ def test_bad_sizes_are_refused() -> None:
 
 def test_an_axis_keeps_why_the_earlier_rules_did_not_apply() -> None:
     assert choose_axis("avg", 10, 7).rejected == (
-        "identity: output differs from input", "reduce: output is not 1",
-        "pool: windows of lengths (2, 3) or uneven starts", "upsample: output is not an integer multiple of the input")
+        "identity: output differs from input",
+        "reduce: output is not 1",
+        "pool: windows of lengths (2, 3) or uneven starts",
+        "upsample: output is not an integer multiple of the input",
+    )
     assert choose_axis("avg", 7, 7).rejected == ()
     assert [r.split(":")[0] for r in choose_axis("max", 7, 3).rejected] == ["identity", "reduce"]
 
@@ -115,14 +127,17 @@ def _sighting(**overrides: object) -> planning.PoolSighting:
     return planning.PoolSighting(**fields)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("overrides,reason", [
-    ({"runs": ()}, "never ran"),
-    ({"dynamic_output_size": True, "requested": None}, "computed at run time"),
-    ({"return_indices": True}, "return_indices=True"),
-    ({"quantized": True}, "quantized input"),
-    ({"runs": (((0, 10), (7, 7)),)}, "zero spatial size"),
-    ({"runs": (((10, 10), (7, 7)), ((12, 12), (7, 7)))}, "different sizes ((10, 10)->(7, 7), (12, 12)->(7, 7))"),
-])
+@pytest.mark.parametrize(
+    "overrides,reason",
+    [
+        ({"runs": ()}, "never ran"),
+        ({"dynamic_output_size": True, "requested": None}, "computed at run time"),
+        ({"return_indices": True}, "return_indices=True"),
+        ({"quantized": True}, "quantized input"),
+        ({"runs": (((0, 10), (7, 7)),)}, "zero spatial size"),
+        ({"runs": (((10, 10), (7, 7)), ((12, 12), (7, 7)))}, "different sizes ((10, 10)->(7, 7), (12, 12)->(7, 7))"),
+    ],
+)
 def test_each_guard_leaves_its_pool_to_pytorch_and_says_why(overrides: dict, reason: str) -> None:
     decision = planning.decide_pool(_sighting(**overrides))
     assert decision.action == "left" and decision.plan is None and reason in decision.reason

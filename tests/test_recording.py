@@ -30,9 +30,11 @@ def test_every_call_with_its_shapes_and_scope_and_nothing_changed() -> None:
     recording = record_pool_calls(model, example)  # the model draws torch.rand: the caller's RNG is restored
     assert torch.equal(model.bn.running_mean, before) and torch.equal(torch.random.get_rng_state(), rng)
     ops = [(e.call.op, e.module_name, e.input_shape, e.output_shape) for e in recording.events]
-    assert ops == [("nn.AdaptiveAvgPool2d", "heads.0", (1, 3, 10, 10), (1, 3, 7, 7)),
-                   ("nn.AdaptiveMaxPool2d", "heads.1", (1, 3, 10, 10), (1, 3, 3, 3)),
-                   ("F.interpolate(mode='area')", None, (1, 3, 10, 10), (1, 3, 5, 5))]
+    assert ops == [
+        ("nn.AdaptiveAvgPool2d", "heads.0", (1, 3, 10, 10), (1, 3, 7, 7)),
+        ("nn.AdaptiveMaxPool2d", "heads.1", (1, 3, 10, 10), (1, 3, 3, 3)),
+        ("F.interpolate(mode='area')", None, (1, 3, 10, 10), (1, 3, 5, 5)),
+    ]
     assert recording.events[2].innermost == "" and recording.events[0].spatial_dims == 2
     # "below" a container by name, though the ModuleList itself is never called
     assert [e.module_name for e in recording.within("heads")] == ["heads.0", "heads.1"]

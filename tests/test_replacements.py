@@ -20,11 +20,19 @@ from fxpool.planning import choose_plan
 from fxpool.replacements import ExactAdaptivePool, averaging_matrix, traced_forms
 
 NATIVE = {
-    ("avg", 1): F.adaptive_avg_pool1d, ("avg", 2): F.adaptive_avg_pool2d, ("avg", 3): F.adaptive_avg_pool3d,
-    ("max", 1): F.adaptive_max_pool1d, ("max", 2): F.adaptive_max_pool2d, ("max", 3): F.adaptive_max_pool3d,
+    ("avg", 1): F.adaptive_avg_pool1d,
+    ("avg", 2): F.adaptive_avg_pool2d,
+    ("avg", 3): F.adaptive_avg_pool3d,
+    ("max", 1): F.adaptive_max_pool1d,
+    ("max", 2): F.adaptive_max_pool2d,
+    ("max", 3): F.adaptive_max_pool3d,
 }
-TOLERANCE = {torch.float64: dict(rtol=1e-12, atol=1e-12), torch.float32: dict(rtol=1e-6, atol=1e-6),
-             torch.float16: {}, torch.bfloat16: {}}
+TOLERANCE = {
+    torch.float64: dict(rtol=1e-12, atol=1e-12),
+    torch.float32: dict(rtol=1e-6, atol=1e-6),
+    torch.float16: {},
+    torch.bfloat16: {},
+}
 # A gradient sums up to ~30 upstream terms per input (overlapping windows, upsampling), in another
 # order than PyTorch's kernel, so float32 gets 10x the forward tolerance.
 GRAD_TOLERANCE = {**TOLERANCE, torch.float32: dict(rtol=1e-5, atol=1e-5)}
@@ -44,8 +52,7 @@ def assert_same_pool(family: str, x: torch.Tensor, out_sizes: tuple, with_grad: 
     follows = tuple(o is None for o in out_sizes)
     resolved = tuple(i if o is None else o for i, o in zip(in_sizes, out_sizes))
     weight_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    module = ExactAdaptivePool(choose_plan(family, in_sizes, resolved, follows), "test", weight_dtype,
-                               batched=x.dim() == dims + 2)
+    module = ExactAdaptivePool(choose_plan(family, in_sizes, resolved, follows), "test", weight_dtype, batched=x.dim() == dims + 2)
     native = NATIVE[(family, dims)]
     tolerance = dict(rtol=0, atol=0) if family == "max" else TOLERANCE[x.dtype]
 
@@ -116,10 +123,20 @@ def test_random_sizes_dtypes_layouts(case) -> None:
 
 
 @pytest.mark.parametrize("family", ["avg", "max"])
-@pytest.mark.parametrize("in_sizes,out_sizes", [
-    ((10, 10), (7, 7)), ((7, 7), (3, 3)), ((4, 5), (16, 20)), ((4, 5), (6, 6)), ((13, 17), (5, 7)),
-    ((64, 64), (6, 6)), ((8, 14, 14), (4, 7, 7)), ((5, 9, 6), (3, 4, 6)), ((33,), (6,)),
-])
+@pytest.mark.parametrize(
+    "in_sizes,out_sizes",
+    [
+        ((10, 10), (7, 7)),
+        ((7, 7), (3, 3)),
+        ((4, 5), (16, 20)),
+        ((4, 5), (6, 6)),
+        ((13, 17), (5, 7)),
+        ((64, 64), (6, 6)),
+        ((8, 14, 14), (4, 7, 7)),
+        ((5, 9, 6), (3, 4, 6)),
+        ((33,), (6,)),
+    ],
+)
 @pytest.mark.usefixtures("max_form")
 def test_named_shapes_in_every_dtype(family: str, in_sizes: tuple, out_sizes: tuple) -> None:
     for dtype in TOLERANCE:
@@ -255,8 +272,9 @@ def test_replacements_refuse_complex_input_and_empty_spatial_axes_as_the_native_
 def test_a_size_error_names_the_pool_by_its_module_path() -> None:
     import fxpool
 
-    converted = fxpool.convert(torch.nn.Sequential(torch.nn.Conv2d(3, 3, 1), torch.nn.AdaptiveAvgPool2d(7)),
-                               torch.randn(1, 3, 10, 10))
+    converted = fxpool.convert(
+        torch.nn.Sequential(torch.nn.Conv2d(3, 3, 1), torch.nn.AdaptiveAvgPool2d(7)), torch.randn(1, 3, 10, 10)
+    )
     with pytest.raises(SpatialSizeError, match=r"^the adaptive pool at '1' of the converted model: .*\(10, 10\)"):
         converted(torch.randn(1, 3, 12, 12))
 

@@ -43,8 +43,15 @@ def test_the_unexportable_are_the_unconverted_max_pools(report) -> None:
 
 def test_table_and_summary_name_every_pool_and_why(report) -> None:
     table = report.table()
-    for text in ("kron", "kron-matmul HW 10x10->7x7", "mean(H,W)", "AvgPool2d(k=(2, 2), s=(2, 2))",
-                 "left to PyTorch", "return_indices=True", "1x2x10x10"):
+    for text in (
+        "kron",
+        "kron-matmul HW 10x10->7x7",
+        "mean(H,W)",
+        "AvgPool2d(k=(2, 2), s=(2, 2))",
+        "left to PyTorch",
+        "return_indices=True",
+        "1x2x10x10",
+    ):
         assert text in table, text
     assert "4 adaptive pool(s): 3 converted, 1 left to PyTorch" in report.summary()
     assert str(report).startswith(report.summary())

@@ -13,8 +13,17 @@ import pytest
 from model_zoo_checks import runtimes
 
 # one model per replacement kind, the pyramid, and a real network
-MODELS = ["kron 10->7", "separable 33->6", "uniform 7->3", "upsample 4x5->16x20", "mean 9->1",
-          "max gathered 10->7", "max 9->1", "psp pyramid 40", "alexnet@160"]
+MODELS = [
+    "kron 10->7",
+    "separable 33->6",
+    "uniform 7->3",
+    "upsample 4x5->16x20",
+    "mean 9->1",
+    "max gathered 10->7",
+    "max 9->1",
+    "psp pyramid 40",
+    "alexnet@160",
+]
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -44,8 +53,12 @@ def test_a_run_is_exact_only_within_its_bound() -> None:
     assert runtimes.RuntimeRun(True, True, max_error=1e-5, bound=1e-4).exact
     assert runtimes.RuntimeRun(True, True, max_error=1e-3, bound=1e-4).exact is False
     assert runtimes.RuntimeRun(True, None, reason="prediction needs macOS").exact is None
-    off = runtimes.Row("r", "m", runtimes.RuntimeRun(False, False, reason="E: no"),
-                       runtimes.RuntimeRun(True, True, 1e-3, 1e-4, {"GATHER_ND": 2, "ADD": 1}))
+    off = runtimes.Row(
+        "r",
+        "m",
+        runtimes.RuntimeRun(False, False, reason="E: no"),
+        runtimes.RuntimeRun(True, True, 1e-3, 1e-4, {"GATHER_ND": 2, "ADD": 1}),
+    )
     table = runtimes.markdown([off])
     assert "does not convert: E: no" in table and "(OFF)" in table and "3 ops (GATHER_ND x2)" in table
 

@@ -97,8 +97,7 @@ def test_the_cases_cover_every_plan_step_kind() -> None:
         in_sizes = shape[-2:]
         plan = choose_plan("avg", in_sizes, tuple(i if o is None else o for i, o in zip(in_sizes, sizes)))
         kinds |= {type(step).__name__ for step in plan.steps}
-    assert kinds == {"KroneckerStep", "MatmulStep", "PoolStep", "ReduceStep", "UpsampleStep", "WindowGatherStep",
-                     "WindowScaleStep"}
+    assert kinds == {"KroneckerStep", "MatmulStep", "PoolStep", "ReduceStep", "UpsampleStep", "WindowGatherStep", "WindowScaleStep"}
 
 
 @pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
@@ -112,10 +111,10 @@ def test_1d_and_3d_pools(dims: int, shape: tuple[int, ...], size, dynamo: bool, 
 
 
 @pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
-@pytest.mark.parametrize("dtype,tolerance", [(torch.float16, 1e-3), (torch.bfloat16, 1e-2)],
-                         ids=["float16", "bfloat16"])
-def test_low_precision_is_computed_in_float32_and_rounded_once(dtype: torch.dtype, tolerance: float, dynamo: bool,
-                                                               tmp_path) -> None:
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float16, 1e-3), (torch.bfloat16, 1e-2)], ids=["float16", "bfloat16"])
+def test_low_precision_is_computed_in_float32_and_rounded_once(
+    dtype: torch.dtype, tolerance: float, dynamo: bool, tmp_path
+) -> None:
     model, x = Pool(7, dtype=dtype).eval(), torch.randn(2, 3, 33, 33) * 10
     path = str(tmp_path / "p.onnx")
     _export(model, x, path, dynamo)

@@ -35,8 +35,7 @@ def _pooling_windows(in_size: int, kernel: int, stride: int) -> tuple[tuple[int,
 @pytest.mark.parametrize("in_size,out_size", SIZES)
 def test_uniform_stride_exactly_when_some_pooling_matches(in_size: int, out_size: int) -> None:
     windows = window_bounds(in_size, out_size)
-    matching = [(k, s) for k in range(1, in_size + 1) for s in range(1, in_size + 1)
-                if _pooling_windows(in_size, k, s) == windows]
+    matching = [(k, s) for k in range(1, in_size + 1) for s in range(1, in_size + 1) if _pooling_windows(in_size, k, s) == windows]
     uniform = uniform_stride(in_size, out_size)
     if uniform is None:
         assert matching == []

@@ -13,16 +13,19 @@ import torch
 from model_zoo_checks import catalog, zoo
 
 
-@pytest.mark.parametrize("name,expected", [
-    ("resnet18", True),  # nn.AdaptiveAvgPool2d
-    ("densenet121", True),  # F.adaptive_avg_pool2d in forward
-    ("mobilenet_v2", True),  # F.adaptive_avg_pool2d in _forward_impl, not in forward
-    ("regnet_x_400mf", True),  # its builder cannot run on the meta device
-    ("quantized_mobilenet_v3_large", True),  # swept as the float variant
-    ("vgg11_max_pool", True),
-    ("vit_b_16", False),
-    ("shufflenet_v2_x0_5", False),  # mean over the spatial axes, no pool
-])
+@pytest.mark.parametrize(
+    "name,expected",
+    [
+        ("resnet18", True),  # nn.AdaptiveAvgPool2d
+        ("densenet121", True),  # F.adaptive_avg_pool2d in forward
+        ("mobilenet_v2", True),  # F.adaptive_avg_pool2d in _forward_impl, not in forward
+        ("regnet_x_400mf", True),  # its builder cannot run on the meta device
+        ("quantized_mobilenet_v3_large", True),  # swept as the float variant
+        ("vgg11_max_pool", True),
+        ("vit_b_16", False),
+        ("shufflenet_v2_x0_5", False),  # mean over the spatial axes, no pool
+    ],
+)
 def test_inspection_finds_pools_wherever_they_are_written(name: str, expected: bool) -> None:
     assert catalog.has_adaptive_pool(name) is expected
 
@@ -38,8 +41,9 @@ def test_input_shapes_add_the_native_size_and_keep_fixed_shapes() -> None:
     assert catalog.input_shapes("r3d_18", [160, 320], with_native=True) == [(1, 3, 4, 112, 112)]
 
 
-@pytest.mark.parametrize("name,size", [("squeezenet1_1", 96), ("densenet121", 64), ("vgg11_max_pool", 96),
-                                       ("pspnet_resnet18", 160)])
+@pytest.mark.parametrize(
+    "name,size", [("squeezenet1_1", 96), ("densenet121", 64), ("vgg11_max_pool", 96), ("pspnet_resnet18", 160)]
+)
 def test_sweep_case_passes_end_to_end(name: str, size: int, tmp_path) -> None:
     case = zoo.check(name, (1, 3, size, size), str(tmp_path), ["torchscript", "dynamo"])
     assert case.status == "pass", case.reason
@@ -69,8 +73,10 @@ def test_a_model_that_cannot_run_at_the_size_is_a_skip_with_its_reason(tmp_path)
 
 
 def test_reports_are_written_and_a_run_resumes_from_them(tmp_path) -> None:
-    cases = [zoo.Case("alexnet", (1, 3, 160, 160), status="pass", pools=1, ort_speedup=2.0, eager_max_error=0.0),
-             zoo.Case("x", (1, 3, 8, 8), status="skip", reason="because")]
+    cases = [
+        zoo.Case("alexnet", (1, 3, 160, 160), status="pass", pools=1, ort_speedup=2.0, eager_max_error=0.0),
+        zoo.Case("x", (1, 3, 8, 8), status="skip", reason="because"),
+    ]
     zoo.write_reports(cases, tmp_path)
     assert json.loads((tmp_path / "report.json").read_text())[1]["reason"] == "because"
     assert "1 pass, 0 fail, 1 skip" in (tmp_path / "report.md").read_text()
@@ -87,15 +93,16 @@ def test_full_sweep_default_set(tmp_path) -> None:
 
 @pytest.mark.cuda
 def test_cuda_sweep_case_checks_three_dtypes(tmp_path) -> None:
-    case = zoo.check("squeezenet1_1", (1, 3, 96, 96), str(tmp_path), ["dynamo"], device="cuda",
-                     dtypes=tuple(zoo.DTYPES))
+    case = zoo.check("squeezenet1_1", (1, 3, 96, 96), str(tmp_path), ["dynamo"], device="cuda", dtypes=tuple(zoo.DTYPES))
     assert case.status == "pass", case.reason
     assert set(case.eager_errors) == set(zoo.DTYPES)
 
 
 def test_shards_split_the_sweep_and_merge_back(tmp_path) -> None:
-    cases = {k: zoo.Case(m, (1, 3, s, s), status="pass", eager_max_error=0.0)
-             for k, (m, s) in enumerate([("alexnet", 160), ("alexnet", 320), ("vgg11", 160)])}
+    cases = {
+        k: zoo.Case(m, (1, 3, s, s), status="pass", eager_max_error=0.0)
+        for k, (m, s) in enumerate([("alexnet", 160), ("alexnet", 320), ("vgg11", 160)])
+    }
     zoo.write_reports([cases[0], cases[2]], tmp_path / "a", picture=False)
     zoo.write_reports([cases[1]], tmp_path / "b", picture=False)
     assert zoo.main(["--merge", str(tmp_path / "a"), str(tmp_path / "b"), "--report", str(tmp_path / "all")]) == 0
@@ -118,8 +125,7 @@ def test_a_model_torch_export_cannot_capture_either_way_is_not_blamed_on_fxpool(
 def test_a_case_records_what_each_exporter_does_and_each_pools_speed(tmp_path) -> None:
     case = zoo.check("vgg11_max_pool", (1, 3, 96, 96), str(tmp_path), ["torchscript", "dynamo"])  # 3x3 -> 7x7 max
     assert case.status == "pass", case.reason
-    assert case.stock_torchscript.startswith("fails: SymbolicValueError: Unsupported: ONNX export of operator "
-                                             "adaptive_max_pool2d")
+    assert case.stock_torchscript.startswith("fails: SymbolicValueError: Unsupported: ONNX export of operator adaptive_max_pool2d")
     assert case.stock_dynamo.startswith("fails: DispatchError: No ONNX function found")  # the reason, not "Next steps:"
     assert case.fxpool_torchscript == case.fxpool_dynamo == "ok"
     (pool,) = case.pool_speeds
@@ -141,8 +147,9 @@ with captured(Path({str(tmp_path / "case.log")!r})):
     terminal.write("progress\\n")
 print("after")
 """
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                         cwd=Path(__file__).parent.parent)
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent.parent
+    )
     assert run.returncode == 0, run.stderr
     log = (tmp_path / "case.log").read_text()
     assert "from python" in log and "from the C++ side" in log and "an exporter's deprecation" in log
@@ -150,22 +157,48 @@ print("after")
 
 
 def _case(model: str, size: int, **fields) -> zoo.Case:
-    defaults = dict(status="pass", pools=1, replacements={"kron-matmul": 1}, eager_max_error=1e-7,
-                    stock_torchscript="fails: SymbolicValueError: Unsupported", fxpool_torchscript="ok",
-                    stock_dynamo="ok: GatherND, Where", fxpool_dynamo="ok", ort_speedup=1.02, ort_noise=0.98,
-                    pool_speeds=[{"pool": "avg 512x10x10->7x7", "replacement": "kron-matmul", "ort_ms_fxpool": 0.1,
-                                  "ort_ms_stock": 0.5, "stock": "ok"}])
+    defaults = dict(
+        status="pass",
+        pools=1,
+        replacements={"kron-matmul": 1},
+        eager_max_error=1e-7,
+        stock_torchscript="fails: SymbolicValueError: Unsupported",
+        fxpool_torchscript="ok",
+        stock_dynamo="ok: GatherND, Where",
+        fxpool_dynamo="ok",
+        ort_speedup=1.02,
+        ort_noise=0.98,
+        pool_speeds=[
+            {"pool": "avg 512x10x10->7x7", "replacement": "kron-matmul", "ort_ms_fxpool": 0.1, "ort_ms_stock": 0.5, "stock": "ok"}
+        ],
+    )
     return zoo.Case(model, (1, 3, size, size), **(defaults | fields))
 
 
 def test_the_summary_and_report_say_what_exports_and_how_fast_the_pools_are(tmp_path) -> None:
     from model_zoo_checks.reporting import markdown, summary, write_reports
 
-    cases = [_case("vgg11", 160), _case("resnet18", 160, stock_torchscript="ok", stock_dynamo="ok", pool_speeds=[]),
-             _case("vgg11_max_pool", 160, status="fail", reason="ExportFailedError: it broke", log="logs/x.log",
-                   stock_dynamo="fails: DispatchError: No ONNX function found",
-                   pool_speeds=[{"pool": "max 512x5x5->7x7", "replacement": "gather", "ort_ms_fxpool": 1.0,
-                                 "ort_ms_stock": None, "stock": "DispatchError"}])]
+    cases = [
+        _case("vgg11", 160),
+        _case("resnet18", 160, stock_torchscript="ok", stock_dynamo="ok", pool_speeds=[]),
+        _case(
+            "vgg11_max_pool",
+            160,
+            status="fail",
+            reason="ExportFailedError: it broke",
+            log="logs/x.log",
+            stock_dynamo="fails: DispatchError: No ONNX function found",
+            pool_speeds=[
+                {
+                    "pool": "max 512x5x5->7x7",
+                    "replacement": "gather",
+                    "ort_ms_fxpool": 1.0,
+                    "ort_ms_stock": None,
+                    "stock": "DispatchError",
+                }
+            ],
+        ),
+    ]
     text = summary(cases)
     assert "3 cases of 3 models: 2 pass, 1 fail, 0 skip" in text
     assert "TorchScript, stock   exports 1/3" in text and "TorchScript, fxpool  exports 3/3" in text
@@ -186,8 +219,7 @@ def test_the_summary_and_report_say_what_exports_and_how_fast_the_pools_are(tmp_
 def test_suites_are_named_built_and_sized_by_their_own_rules() -> None:
     pytest.importorskip("timm")
     pytest.importorskip("segmentation_models_pytorch")
-    assert [catalog.suite_of(n) for n in ("alexnet", "timm/resnet18:max", "smp/PSPNet-resnet18")] == \
-        ["torchvision", "timm", "smp"]
+    assert [catalog.suite_of(n) for n in ("alexnet", "timm/resnet18:max", "smp/PSPNet-resnet18")] == ["torchvision", "timm", "smp"]
     assert catalog.input_shapes("timm/resnet10t", None, with_native=False) == [(1, 3, 176, 176), (1, 3, 202, 202)]
     assert catalog.input_shapes("timm/nest_tiny", None, with_native=False)[-1] == (1, 3, 256, 256)
     assert catalog.input_shapes("smp/PSPNet-resnet18", None, with_native=False) == [(1, 3, 320, 320), (1, 3, 512, 512)]
@@ -255,8 +287,9 @@ zoo.EAGER_TOLERANCE = {{"float32": -1.0}}
 case = zoo.check("squeezenet1_1", (1, 3, 64, 64), {str(tmp_path)!r}, ["dynamo"])
 print(case.status, case.reason)
 """
-    run = subprocess.run([sys.executable, "-O", "-c", script], capture_output=True, text=True, timeout=300,
-                         cwd=Path(__file__).parent.parent)
+    run = subprocess.run(
+        [sys.executable, "-O", "-c", script], capture_output=True, text=True, timeout=300, cwd=Path(__file__).parent.parent
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("fail eager error 0 over -1"), run.stdout
 
