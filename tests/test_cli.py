@@ -57,44 +57,16 @@ def test_cli_export_and_inspect(tmp_path) -> None:
 
 
 def test_cli_prints_the_report_and_exits_2_on_an_export_it_cannot_do(tmp_path) -> None:
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "fxpool.cli",
-            "export",
-            f"{EXPORT_TESTS}:IndicesHead",
-            "--input-shape",
-            "1,3,10,10",
-            "--dynamic-hw",
-            "-o",
-            str(tmp_path / "m.onnx"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    export = ["export", f"{EXPORT_TESTS}:IndicesHead", "--input-shape", "1,3,10,10", "--dynamic-hw", "-o", str(tmp_path / "m.onnx")]
+
+    def cli(*arguments: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "fxpool.cli", *arguments], capture_output=True, text=True, timeout=300)
+
+    run = cli(*export)
     assert run.returncode == 2, run.stderr
     assert "ExportFailedError" in run.stderr and "return_indices=True" in run.stderr
     assert "Traceback" not in run.stderr
-    debug = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "fxpool.cli",
-            "--debug",
-            "export",
-            f"{EXPORT_TESTS}:IndicesHead",
-            "--input-shape",
-            "1,3,10,10",
-            "--dynamic-hw",
-            "-o",
-            str(tmp_path / "m.onnx"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    debug = cli("--debug", *export)
     assert debug.returncode == 1 and "Traceback" in debug.stderr
 
 
