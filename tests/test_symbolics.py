@@ -90,6 +90,20 @@ def test_each_plan_step_lowers_as_planned_and_runs_exactly(case: str, dynamo: bo
     torch.testing.assert_close(torch.from_numpy(out), model(x), rtol=1e-5, atol=1e-5)
 
 
+# ReduceMean takes its axes as an input from opset 18, Pad its pads from 11, (Un)squeeze their axes from 13
+@pytest.mark.parametrize("opset", [11, 13, 18])
+@pytest.mark.parametrize("case", ["reduce+matmul", "long axis", "unbatched"])
+def test_the_torchscript_lowering_is_spelled_for_the_opset(case: str, opset: int, tmp_path) -> None:
+    shape, size, expected_ops = PLAN_CASES[case]
+    model, x = Pool(size).eval(), torch.randn(shape)
+    path = str(tmp_path / "p.onnx")
+    with exporter_translations():
+        torch.onnx.export(model, (x,), path, dynamo=False, opset_version=opset)
+    assert expected_ops <= set(op_histogram(path))
+    (out,) = run_onnxruntime(path, (x,))
+    torch.testing.assert_close(torch.from_numpy(out), model(x), rtol=1e-5, atol=1e-5)
+
+
 def test_the_cases_cover_every_plan_step_kind() -> None:
     kinds = set()
     for shape, size, _ in PLAN_CASES.values():
