@@ -155,10 +155,11 @@ def check(
             raise CaseSkipped(KNOWN_LIMITATIONS[name])
         original = _run_original(case)
         report = _check_eager(case, original, dtypes)
-        case.stock_torchscript = _stock_torchscript(original, _export_path(casedir, name, "orig_ts"), case.details)
+        stock_torchscript = _export_path(casedir, name, "orig_ts")
+        case.stock_torchscript = _stock_torchscript(original, stock_torchscript, case.details)
         case.ort_provider = ort_provider(device)
         if "torchscript" in exporters:
-            _check_torchscript(case, original, casedir, notes)
+            _check_torchscript(case, original, casedir, stock_torchscript, notes)
         if "dynamo" in exporters:
             _check_dynamo(case, original, casedir, notes)
             if case.ort_provider == "CPUExecutionProvider":
@@ -227,23 +228,23 @@ def _check_eager(case: Case, original: _Original, dtypes: Sequence[str]) -> fxpo
     return report
 
 
-def _check_torchscript(case: Case, original: _Original, casedir: str, notes: list[str]) -> None:
-    """fxpool's TorchScript export, verified in onnxruntime."""
+def _check_torchscript(case: Case, original: _Original, casedir: str, stock: str, notes: list[str]) -> None:
+    """fxpool's TorchScript export, verified in onnxruntime (against the stock export at ``stock`` where it runs)."""
     path = _export_path(casedir, case.model, "ts")
     case.fxpool_torchscript = "fails: not verified"
     try:
         fxpool.export(original.model, original.x, path, dynamo=False, verify=False)
     except Exception as error:
-        case.fxpool_torchscript = f"fails: {exporter_reason(error)}"
-        if case.stock_torchscript != f"fails: {exporter_reason(error)}":
+        reason = exporter_reason(error)
+        case.fxpool_torchscript = f"fails: {reason}"
+        if case.stock_torchscript != case.fxpool_torchscript:
             raise
         # The exporter stops at an op that is not a pool, in the original as in ours.
         notes.append(
-            f"the TorchScript exporter fails on the original and the converted model alike "
-            f"({exporter_reason(error)}); TorchScript export not checked"
+            f"the TorchScript exporter fails on the original and the converted model alike ({reason}); "
+            "TorchScript export not checked"
         )
         return
-    stock = _export_path(casedir, case.model, "orig_ts")
     case.torchscript_ort_error = _verified(path, original, stock if case.stock_torchscript == "ok" else None, notes)
     case.fxpool_torchscript = "ok"
 
