@@ -10,6 +10,10 @@ training flags), and compares
 - the whole model's outputs with the original's, recorded in the same way, within
   :data:`TOLERANCE` of each output's largest magnitude (at least 1).
 
+Where the original was also recorded with ``torch.onnx.is_in_onnx_export()`` true (a model that
+branches on it), the converted model is run that way too and compared with that recording, so the
+branch the ONNX exporters take is proven as well.
+
 It returns a :class:`SelfCheck`; :mod:`fxpool.convert` undoes what failed. Nothing here knows of
 torch.fx or ONNX.
 """
@@ -28,9 +32,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils._pytree import tree_flatten
 
-from .copying import structural_copy
+from .copying import structural_copy, tree_modules
 from .errors import error_summary
 from .example import Example, example_run
+from .globalstate import export_flag
 
 # Largest |converted - original| allowed, relative to the compared tensor's largest magnitude
 # (at least 1). Only the pools differ between the two models and each is exact up to the order
@@ -98,19 +103,47 @@ class SelfCheck:
         )
 
 
-def self_check(converted: nn.Module, example: Example, reference: Any) -> SelfCheck:
-    """Run ``converted`` on ``example`` without side effects and compare it with ``reference``."""
+def self_check(converted: nn.Module, example: Example, reference: Any, export_reference: Any = None) -> SelfCheck:
+    """Run ``converted`` on ``example`` without side effects and compare it with ``reference``.
+
+    ``export_reference`` (a :class:`~fxpool.recording.Recording`-like output of the original run
+    with ``torch.onnx.is_in_onnx_export()`` true, or ``None``) adds the same comparison in that mode.
+    """
     if example.on_meta:
         return SelfCheck("skipped", "the example input is on the meta device, which holds no values")
+    eager = _check_run(converted, example, reference, export=False)
+    if export_reference is None:
+        return eager
+    export = _check_run(converted, example, export_reference, export=True)
+    worst: dict[str, ReplacementCheck] = {}
+    for check in eager.replacements + export.replacements:
+        if check.location not in worst or check.max_error > worst[check.location].max_error:
+            worst[check.location] = check
+    mismatch = "; ".join(m for m in (eager.mismatch, export.mismatch and f"with the export flag: {export.mismatch}") if m)
+    errors = [(c.output_error, c.output_tolerance) for c in (eager, export) if c.output_error is not None]
+    error, bound = max(errors, key=lambda pair: pair[0]) if errors else (None, None)
+    status: CheckStatus = "failed" if "failed" in (eager.status, export.status) else "passed"
+    return SelfCheck(
+        status,
+        eager.compared + ", in eager and with torch.onnx.is_in_onnx_export() true (the ONNX exporters' branch)",
+        error,
+        bound,
+        tuple(worst.values()),
+        mismatch or None,
+    )
+
+
+def _check_run(converted: nn.Module, example: Example, reference: Any, export: bool) -> SelfCheck:
     probe = structural_copy(converted, clone_buffers=True)
     checks: list[ReplacementCheck] = []
     with ExitStack() as stack:
-        for module in probe.modules():
+        for module in tree_modules(probe):
             if hasattr(module, "fxpool_native_reference"):
                 stack.enter_context(module.register_forward_hook(_replacement_hook(checks), prepend=True))
         # A GraphModule that raises prints its generated code to stderr before re-raising; the
         # failure is reported in the check instead.
         stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
+        stack.enter_context(export_flag(export))
         with example_run(example):
             try:
                 output = example.call(probe)

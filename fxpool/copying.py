@@ -5,15 +5,25 @@ hook dicts) over the *same* parameter and buffer tensors: replacing a submodule 
 reaches the original, and no parameter memory is doubled. ``clone_buffers=True`` also clones the
 buffers, so a forward pass on the copy (batch-norm in train mode, say) cannot write the original's.
 
-:func:`install_graph` makes a module run a traced graph as its forward while keeping all it has, and
-:func:`graph_of` finds that graph again (copies rebind it to a copy of the graph). :func:`has_hooks`
-and :func:`carry_hooks` let a module that stands in for another keep the hooks
-users registered on it.
+A module is part of the tree wherever its parent holds it: registered (``_modules``), or in a plain
+attribute, a list, tuple or dict of them (:func:`held_modules`; transformers' UperNet calls its
+pyramid through such a list). Copies remap those references too, so a copy never calls the
+original's modules; :func:`module_paths` names them (``blocks[0]``) and :func:`substitute` swaps a
+module object for another wherever the tree holds it.
+
+:func:`install_graph` makes a module run a traced graph as its forward (or one of two graphs, chosen
+by ``torch.onnx.is_in_onnx_export()``, for a module that branches on it) while keeping all it has;
+:func:`graph_of` and :func:`export_graph_of` find the graphs again (copies rebind them to copies of
+the graphs). :func:`has_hooks` and :func:`carry_hooks` let a module that stands in for another keep
+the hooks users registered on it.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import fx, nn
@@ -35,6 +45,14 @@ HOOK_DICTS = (
 )
 # The hooks that change what a call computes or observes (state-dict hooks do not).
 CALL_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
+# Attributes of nn.Module that are its own machinery, never a user's module references.
+_MACHINERY = frozenset(("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set", "forward", *HOOK_DICTS))
+# How deep into nested lists/tuples/dicts module references are looked for, and how long a container
+# may be for it to be searched at all (a long list of numbers is not a list of modules).
+_MAX_NESTING = 3
+_MAX_CONTAINER = 4096
 
 
 def structural_copy(module: nn.Module, *, clone_buffers: bool = False) -> nn.Module:
@@ -71,22 +89,127 @@ def _copy(module: nn.Module, clone_buffers: bool, memo: dict[int, nn.Module]) ->
     memo[id(module)] = new
     state = new.__dict__  # written directly: nn.Module.__setattr__ is slow, and nothing here needs it
     for name, value in state.items():
-        # Hook dicts, the buffer-name set and friends would otherwise be shared with the original.
-        if isinstance(value, (dict, set, list)):
-            state[name] = value.copy()
+        if name in _MACHINERY or not _may_hold_modules(value):
+            # Hook dicts, the buffer-name set and friends would otherwise be shared with the original.
+            if isinstance(value, (dict, set, list)):
+                state[name] = value.copy()
+            continue
+        state[name] = _map_modules(value, lambda held: _copy(held, clone_buffers, memo), 0)
     state["_modules"] = {
         name: None if child is None else _copy(child, clone_buffers, memo) for name, child in module._modules.items()
     }
     if clone_buffers:
         state["_buffers"] = {name: None if b is None else b.detach().clone() for name, b in module._buffers.items()}
-    graph = graph_of(module)
-    if graph is not None:  # a converted module: its copy runs a copy of its graph, over the copy's tensors
-        install_graph(new, _copy(graph, clone_buffers, memo))  # type: ignore[arg-type]
+    graphs = _installed_graphs(module)
+    if graphs is not None:  # a converted module: its copy runs copies of its graphs, over the copy's tensors
+        install_graph(new, *(None if g is None else _copy(g, clone_buffers, memo) for g in graphs))  # type: ignore[arg-type]
     return new
 
 
-def install_graph(module: nn.Module, gm: fx.GraphModule) -> None:
+def _may_hold_modules(value: object) -> bool:
+    return isinstance(value, (nn.Module, list, tuple, dict))
+
+
+def _map_modules(value: Any, fn: Callable[[nn.Module], nn.Module], depth: int) -> Any:
+    """``value`` with every module ``m`` inside it (in lists, tuples and dicts) replaced by ``fn(m)``.
+
+    Containers are rebuilt where something inside changed and kept otherwise (lists and dicts are
+    always new, so the caller owns them).
+    """
+    if isinstance(value, nn.Module):
+        return fn(value)
+    if depth >= _MAX_NESTING or not isinstance(value, (list, tuple, dict)) or len(value) > _MAX_CONTAINER:
+        return value.copy() if isinstance(value, (list, dict)) and depth == 0 else value
+    if isinstance(value, dict):
+        items = {key: _map_modules(item, fn, depth + 1) for key, item in value.items()}
+        if type(value) is dict:
+            return items
+        if all(items[key] is item for key, item in value.items()):
+            return value.copy() if depth == 0 else value
+        return type(value)(items)  # OrderedDict and friends
+    mapped = [_map_modules(item, fn, depth + 1) for item in value]
+    if isinstance(value, list):
+        return mapped
+    if all(new is old for new, old in zip(mapped, value)):
+        return value
+    if type(value) is tuple:
+        return tuple(mapped)
+    make = getattr(type(value), "_make", None)  # a namedtuple; other tuple subclasses stay as they are
+    return make(mapped) if make is not None else value
+
+
+def held_modules(module: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The modules ``module`` holds in plain attributes rather than registered, each with its name there.
+
+    Names read as Python would reach them: ``head``, ``blocks[0]``, ``branches['low']``.
+    """
+    found: list[tuple[str, nn.Module]] = []
+    for name, value in module.__dict__.items():
+        if name not in _MACHINERY and _may_hold_modules(value):
+            _collect_modules(value, name, 0, found)
+    return found
+
+
+def _collect_modules(value: Any, path: str, depth: int, found: list[tuple[str, nn.Module]]) -> None:
+    if isinstance(value, nn.Module):
+        found.append((path, value))
+    elif depth < _MAX_NESTING and isinstance(value, (list, tuple, dict)) and len(value) <= _MAX_CONTAINER:
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            _collect_modules(item, f"{path}[{key!r}]", depth + 1, found)
+
+
+def children(module: nn.Module) -> list[tuple[str, nn.Module]]:
+    """Every module ``module`` holds directly: its registered children, then those in plain attributes.
+
+    A module registered and also held in a list (``add_module`` beside ``self.blocks.append``) is
+    listed once, under its registered name.
+    """
+    registered = [(name, child) for name, child in module._modules.items() if child is not None]
+    seen = {id(child) for _, child in registered}
+    return registered + [(name, held) for name, held in held_modules(module) if id(held) not in seen]
+
+
+def substitute(root: nn.Module, old: nn.Module, new: nn.Module) -> int:
+    """Make every module of ``root``'s tree that holds ``old`` hold ``new`` instead; returns how many
+    references changed. Registered children, plain attributes and the graphs modules run are all
+    searched; ``root`` itself is the caller's to replace."""
+    changed = 0
+    seen: set[int] = set()
+    pending = [root]
+    while pending:
+        module = pending.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        for name, child in module._modules.items():
+            if child is old:
+                module._modules[name] = new
+                changed += 1
+        for name, value in list(module.__dict__.items()):
+            if name in _MACHINERY or not _may_hold_modules(value) or not _holds(value, old, 0):
+                continue
+            module.__dict__[name] = _map_modules(value, lambda held: new if held is old else held, 0)
+            changed += 1
+        pending += [child for _, child in children(module)]
+        pending += [g for g in _installed_graphs(module) or () if g is not None]
+    return changed
+
+
+def _holds(value: Any, target: nn.Module, depth: int) -> bool:
+    if value is target:
+        return True
+    if depth >= _MAX_NESTING or not isinstance(value, (list, tuple, dict)) or len(value) > _MAX_CONTAINER:
+        return False
+    items = value.values() if isinstance(value, dict) else value
+    return any(_holds(item, target, depth + 1) for item in items)
+
+
+def install_graph(module: nn.Module, gm: fx.GraphModule, export_gm: fx.GraphModule | None = None) -> None:
     """Make ``module`` run ``gm`` as its forward, keeping everything else it has.
+
+    With ``export_gm``, the module runs ``export_gm`` while ``torch.onnx.is_in_onnx_export()`` is true
+    (under either ONNX exporter) and ``gm`` otherwise: the two branches of a module that asks.
 
     The module keeps its class, methods, attributes, hooks and every submodule and buffer, used by
     the graph or not, so ``isinstance``, ``state_dict`` keys and the original's checkpoints still
@@ -94,6 +217,26 @@ def install_graph(module: nn.Module, gm: fx.GraphModule) -> None:
     ones), the two share their parameter and buffer dicts, so ``module.to(...)`` moves what the
     graph reads. The module's dicts are its own (a copy's, never the user's): see structural_copy.
     """
+    for graph in (gm, export_gm):
+        if graph is not None:
+            _share_state(module, graph)
+    if export_gm is None:
+        module.__dict__["forward"] = gm.forward
+        return
+
+    eager_forward, export_forward = gm.forward, export_gm.forward
+
+    @functools.wraps(eager_forward)
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if torch.onnx.is_in_onnx_export():
+            return export_forward(*args, **kwargs)
+        return eager_forward(*args, **kwargs)
+
+    forward.fxpool_graphs = (gm, export_gm)  # type: ignore[attr-defined]
+    module.__dict__["forward"] = forward
+
+
+def _share_state(module: nn.Module, gm: fx.GraphModule) -> None:
     for path, graph_part in gm.named_modules():
         try:
             part = module.get_submodule(path)
@@ -109,24 +252,53 @@ def install_graph(module: nn.Module, gm: fx.GraphModule) -> None:
                     part._non_persistent_buffers_set.add(name)
             graph_part.__dict__["_parameters"] = part._parameters
             graph_part.__dict__["_buffers"] = part._buffers
-    module.__dict__["forward"] = gm.forward
+
+
+def _installed_graphs(module: nn.Module) -> tuple[fx.GraphModule, fx.GraphModule | None] | None:
+    """The graphs :func:`install_graph` gave ``module`` (eager, export or None), or None."""
+    forward = module.__dict__.get("forward")
+    graphs = getattr(forward, "fxpool_graphs", None)
+    if graphs is not None:
+        return graphs
+    owner = getattr(forward, "__self__", None)
+    return (owner, None) if isinstance(owner, fx.GraphModule) and owner is not module else None
 
 
 def graph_of(module: nn.Module) -> fx.GraphModule | None:
-    """The graph a converted module runs (see :func:`install_graph`), or ``None``."""
-    forward = module.__dict__.get("forward")
-    owner = getattr(forward, "__self__", None)
-    return owner if isinstance(owner, fx.GraphModule) and owner is not module else None
+    """The graph a converted module runs in eager (see :func:`install_graph`), or ``None``."""
+    graphs = _installed_graphs(module)
+    return None if graphs is None else graphs[0]
+
+
+def export_graph_of(module: nn.Module) -> fx.GraphModule | None:
+    """The graph a converted module runs under ONNX export, where it differs from the eager one, or ``None``."""
+    graphs = _installed_graphs(module)
+    return None if graphs is None else graphs[1]
+
+
+def tree_modules(root: nn.Module) -> list[nn.Module]:
+    """Every module of ``root``'s tree once, ``root`` first: ``root.modules()`` and those held in plain attributes."""
+    found: dict[int, nn.Module] = {}
+    pending = [root]
+    while pending:
+        module = pending.pop()
+        if id(module) not in found:
+            found[id(module)] = module
+            pending += reversed([child for _, child in children(module)])
+    return list(found.values())
 
 
 def module_paths(root: nn.Module) -> dict[int, list[str]]:
-    """Every qualified name of every module below ``root``, by module id (a shared module has several)."""
+    """Every qualified name of every module below ``root``, by module id (a shared module has several).
+
+    Modules held in plain attributes are named as Python reaches them (``psp.blocks[0]``).
+    """
     paths: dict[int, list[str]] = {}
 
     def walk(module: nn.Module, path: str, on_path: set[int]) -> None:
         paths.setdefault(id(module), []).append(path)
-        for name, child in module._modules.items():
-            if child is not None and id(child) not in on_path:  # a module holding itself: stop
+        for name, child in children(module):
+            if id(child) not in on_path:  # a module holding itself: stop
                 walk(child, f"{path}.{name}" if path else name, on_path | {id(child)})
 
     walk(root, "", {id(root)})

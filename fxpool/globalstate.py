@@ -2,12 +2,14 @@
 
 Converting reads and writes state that belongs to the whole process: the global random-number
 generators (forked around the example runs), torch.fx's patch of ``nn.Module.__call__`` while it
-traces, ``torch.onnx.is_in_onnx_export`` while it traces, and the TorchScript exporter's symbolic
-registry. Two conversions interleaving on these would restore each other's saved values.
+traces, ``torch.onnx.is_in_onnx_export`` while it records and traces, and the TorchScript exporter's
+symbolic registry. Two conversions interleaving on these would restore each other's saved values.
 
 - :data:`LOCK` serialises every such section (re-entrant: ``export`` converts inside it);
-- :func:`refusing_export_branches` makes ``torch.onnx.is_in_onnx_export()`` raise for the calling
-  thread only, so a trace cannot silently keep one branch, while other threads see the real one.
+- :func:`export_flag` decides what ``torch.onnx.is_in_onnx_export()`` answers in the calling thread
+  only (``True``, ``False``, or raise :class:`ExportBranchError`), and counts how often user code
+  asked, so fxpool can tell a model that branches on it and follow both branches; other threads
+  see the real answer.
 """
 
 from __future__ import annotations
@@ -15,41 +17,57 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 LOCK = threading.RLock()
 
-_refusing = threading.local()
+_answers = threading.local()  # .stack: this thread's (answer, reads) sections, innermost last
 
 
 class ExportBranchError(Exception):
-    """Raised inside a trace by code that branches on ``torch.onnx.is_in_onnx_export()``."""
+    """Raised by code that branches on ``torch.onnx.is_in_onnx_export()`` where no branch may be taken."""
+
+
+@dataclass
+class FlagReads:
+    """How often the code asked ``torch.onnx.is_in_onnx_export()`` inside one :func:`export_flag` section."""
+
+    count: int = 0
 
 
 def _make_stand_in(original: Callable[[], bool]) -> Callable[[], bool]:
     def is_in_onnx_export() -> bool:
-        if getattr(_refusing, "depth", 0):
-            raise ExportBranchError("the code branches on torch.onnx.is_in_onnx_export(); a trace would keep only the eager branch")
-        return original()
+        stack = getattr(_answers, "stack", None)
+        if not stack:
+            return original()
+        answer, reads = stack[-1]
+        reads.count += 1
+        if answer is None:
+            raise ExportBranchError("the code branches on torch.onnx.is_in_onnx_export(); a trace would keep only one branch")
+        return answer
 
     is_in_onnx_export.fxpool_original = original  # type: ignore[attr-defined]
     return is_in_onnx_export
 
 
 @contextmanager
-def refusing_export_branches() -> Iterator[None]:
-    """While inside, ``torch.onnx.is_in_onnx_export()`` raises :class:`ExportBranchError` in this thread."""
+def export_flag(answer: bool | None) -> Iterator[FlagReads]:
+    """While inside, ``torch.onnx.is_in_onnx_export()`` answers ``answer`` in this thread (``None``: raises
+    :class:`ExportBranchError`); the yielded :class:`FlagReads` counts the questions."""
+    reads = FlagReads()
     with LOCK:
         original = torch.onnx.is_in_onnx_export
-        stand_in = _make_stand_in(original)
-        torch.onnx.is_in_onnx_export = stand_in
-        _refusing.depth = getattr(_refusing, "depth", 0) + 1
+        torch.onnx.is_in_onnx_export = _make_stand_in(getattr(original, "fxpool_original", original))
+        if not hasattr(_answers, "stack"):
+            _answers.stack = []
+        _answers.stack.append((answer, reads))
         try:
-            yield
+            yield reads
         finally:
-            _refusing.depth -= 1
+            _answers.stack.pop()
             torch.onnx.is_in_onnx_export = original
 
 

@@ -5,12 +5,17 @@
 - every adaptive pool module (and fxpool's own replacements), so each pool is one node;
 - every module with hooks of its own, since a trace would run them once on proxies and drop them
   (a feature-capture hook would stop firing); fxpool converts below such a module separately;
-- TorchScript modules, which torch.fx cannot trace into.
+- TorchScript modules, which torch.fx cannot trace into;
+- modules whose class reads ``self.training`` or asks ``torch.onnx.is_in_onnx_export()``, so that
+  each is traced on its own (the first is kept as a call, the second gets both its branches).
 
-It refuses code that branches on ``torch.onnx.is_in_onnx_export()``: a trace would keep only the
-eager branch and silently drop what the model does under export, so such a module stays Python
-and is converted below it. :func:`pool_nodes` lists the pool nodes in
-execution order with their :class:`~fxpool.calls.PoolCall`. :func:`replace_nodes` swaps nodes
+A trace keeps only the branch the code takes, so code that asks ``torch.onnx.is_in_onnx_export()``
+is traced twice, once per answer, and the module runs the export graph under export
+(:func:`~fxpool.copying.install_graph`); where the export branch is not known (``export_branches``
+false) such code is refused instead. A traced module whose output is a class of its own (a
+transformers ``ModelOutput``), which torch.fx would return as a plain dict, returns that class
+again. :func:`pool_nodes` lists the pool nodes in execution order with their
+:class:`~fxpool.calls.PoolCall`. :func:`replace_nodes` swaps nodes
 for modules and returns what it changed; it ends with dead-code elimination, removal of unused
 submodules, ``lint`` and ``recompile``. Nothing here knows of ONNX or of how replacements are chosen.
 """
@@ -20,24 +25,26 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import fx, nn
+from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 
 from .calls import PoolCall, describe_function, describe_module
-from .copying import graph_of, has_hooks
+from .copying import export_graph_of, graph_of, has_hooks
 from .errors import SpecialisedArgumentError
-from .globalstate import LOCK, refusing_export_branches
+from .globalstate import LOCK, ExportBranchError, export_flag
 
 
 class PoolLeafTracer(fx.Tracer):
     """An fx tracer that keeps pools, hooked, scripted and mode-dependent modules as single nodes.
 
     ``opaque_leaves`` collects the qualified names of the hooked, scripted and mode-dependent
-    leaves (see :func:`reads_training_flag`): the pools inside them are not in the graph, and the
-    caller converts them separately.
+    leaves (see :func:`reads_training_flag` and :func:`asks_export_flag`): the pools inside them
+    are not in the graph, and the caller converts them separately.
     """
 
     def __init__(self) -> None:
@@ -47,7 +54,8 @@ class PoolLeafTracer(fx.Tracer):
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         if describe_module(m) is not None or _is_fxpool_module(m):
             return True
-        if has_hooks(m) or isinstance(m, torch.jit.ScriptModule) or reads_training_flag(m):
+        opaque = has_hooks(m) or isinstance(m, torch.jit.ScriptModule) or reads_training_flag(m) or asks_export_flag(m)
+        if opaque:
             if module_qualified_name not in self.opaque_leaves:
                 self.opaque_leaves.append(module_qualified_name)
             return True
@@ -83,38 +91,103 @@ def _class_reads_training_flag(cls: type) -> bool:
     return re.search(r"\bself\.training\b", source) is not None
 
 
+def asks_export_flag(module: nn.Module) -> bool:
+    """Whether the module's class asks ``torch.onnx.is_in_onnx_export()`` in its own code (smp's PSPBlock)."""
+    return _class_asks_export_flag(type(module))  # type: ignore[arg-type]  # nn.Module's __hash__ typing
+
+
+@functools.cache
+def _class_asks_export_flag(cls: type) -> bool:
+    if cls.__module__.startswith(("torch.", "fxpool.")) or cls is fx.GraphModule:
+        return False
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return False
+    return "is_in_onnx_export" in source
+
+
 @dataclass(frozen=True)
 class Traced:
-    """A traced module and the qualified names (relative to it) of the leaves it did not look into."""
+    """A traced module and the qualified names (relative to it) of the leaves it did not look into.
+
+    ``export_graph_module`` is the graph of its export branch, where its code asks
+    ``torch.onnx.is_in_onnx_export()`` and the two answers trace differently.
+    """
 
     graph_module: fx.GraphModule
     opaque_leaves: tuple[str, ...]
+    export_graph_module: fx.GraphModule | None = None
 
 
-def trace(module: nn.Module, unpassed: tuple[str, ...] | None = None) -> Traced:
+def trace(
+    module: nn.Module,
+    unpassed: tuple[str, ...] | None = None,
+    *,
+    output_spec: TreeSpec | None = None,
+    export_branches: bool = False,
+) -> Traced:
     """Symbolically trace ``module``; raises whatever torch.fx raises for untraceable code.
 
     ``unpassed`` names forward parameters defaulting to ``None`` that the example's call did not
     pass (or passed as ``None``): they are traced as ``None`` (torch.fx would otherwise make them
     proxies, so ``if mask is not None`` took the wrong branch), and the graph guards every such
     parameter against the other spelling (:func:`check_optional_argument`). ``None`` means the call
-    is not known (a submodule called from untraceable code): no guards. torch.fx patches
+    is not known (a submodule called from untraceable code): no guards. ``output_spec`` is the
+    structure of the module's output as it ran, where torch.fx would not keep it. With
+    ``export_branches``, code asking ``torch.onnx.is_in_onnx_export()`` is traced once per answer;
+    without, it raises :class:`~fxpool.globalstate.ExportBranchError`. torch.fx patches
     ``nn.Module.__call__`` for the whole process while it traces, so traces are serialised under
     :data:`~fxpool.globalstate.LOCK`.
     """
-    tracer = PoolLeafTracer()
     root = graph_of(module) or module  # a converted module runs its graph: trace that, not its class's forward
     if root is module and isinstance(module, nn.Module) and reads_training_flag(module):
         raise ModeDependentForwardError(
             f"{type(module).__name__} reads self.training, so a trace would keep only the "
             f"{'train' if module.training else 'eval'}-mode path; converted below instead"
         )
-    with LOCK, refusing_export_branches():
+    if export_graph_of(module) is not None:
+        raise ExportBranchError("converted before with an export branch of its own; converted below instead")
+    eager, reads = _trace_once(module, root, unpassed, output_spec, False if export_branches else None)
+    if not reads:
+        return eager
+    export, _ = _trace_once(module, root, unpassed, output_spec, True)
+    if export.graph_module.code == eager.graph_module.code:
+        return eager  # it asks, but both answers take the same path
+    return Traced(eager.graph_module, eager.opaque_leaves, export.graph_module)
+
+
+def _trace_once(
+    module: nn.Module, root: nn.Module, unpassed: tuple[str, ...] | None, output_spec: TreeSpec | None, answer: bool | None
+) -> tuple[Traced, int]:
+    tracer = PoolLeafTracer()
+    with LOCK, export_flag(answer) as reads:
         graph = tracer.trace(root, concrete_args={name: None for name in unpassed or ()} or None)
     name = module.__class__.__name__ if isinstance(module, nn.Module) else module.__name__
     if unpassed is not None:  # the example's call is known: guard the other spellings
         _guard_optional_arguments(graph, root, set(unpassed), name)
-    return Traced(fx.GraphModule(tracer.root, graph, name), tuple(tracer.opaque_leaves))
+    if output_spec is not None:
+        _restore_output_structure(graph, output_spec)
+    return Traced(fx.GraphModule(tracer.root, graph, name), tuple(tracer.opaque_leaves)), reads.count
+
+
+def _restore_output_structure(graph: fx.Graph, spec: TreeSpec) -> None:
+    """Make the graph return its output in ``spec``'s structure where torch.fx flattened the class away."""
+    output = next(node for node in reversed(graph.nodes) if node.op == "output")
+    leaves, traced_spec = tree_flatten(output.args[0])
+    if traced_spec == spec or traced_spec.num_leaves != spec.num_leaves:
+        return
+    with graph.inserting_before(output):
+        rebuilt = graph.call_function(_unflattener(spec), (list(leaves),))
+    output.args = (rebuilt,)
+
+
+def _unflattener(spec: TreeSpec) -> Callable[[list[Any]], Any]:
+    def restore_output(leaves: list[Any]) -> Any:
+        return tree_unflatten(leaves, spec)
+
+    restore_output.__qualname__ = restore_output.__name__ = f"as_{spec.type.__name__}"
+    return restore_output
 
 
 @fx.node.has_side_effect
@@ -229,17 +302,20 @@ class PassResult:
         return bool(self.replaced)
 
 
-def replace_nodes(gm: fx.GraphModule, replacements: dict[fx.Node, nn.Module], mirror: nn.Module | None = None) -> PassResult:
+def replace_nodes(
+    gm: fx.GraphModule, replacements: dict[fx.Node, nn.Module], mirror: nn.Module | None = None, *, fresh_names: bool = False
+) -> PassResult:
     """Replace each node by a ``call_module`` of its module.
 
     A pool module used by one node only is replaced under its own name, so the converted model
-    keeps the original's module paths; other replacements get fresh ``fxpool_*`` names. Each
+    keeps the original's module paths; other replacements (all, with ``fresh_names``) get fresh
+    ``fxpool_*`` names. Each
     replacement is installed at the same path of ``mirror`` too (the module the graph will run for,
     see :func:`install_graph`), so that its other methods reach the replacements as well.
     """
     replaced = []
     for node, module in replacements.items():
-        name = _replacement_name(gm, node, mirror)
+        name = _replacement_name(gm, node, mirror, fresh_names)
         owner_name, _, leaf = name.rpartition(".")
         setattr(gm.get_submodule(owner_name) if owner_name else gm, leaf, module)
         if mirror is not None:
@@ -257,8 +333,8 @@ def replace_nodes(gm: fx.GraphModule, replacements: dict[fx.Node, nn.Module], mi
     return PassResult(gm, tuple(replaced))
 
 
-def _replacement_name(gm: fx.GraphModule, node: fx.Node, mirror: nn.Module | None) -> str:
-    if node.op == "call_module" and module_uses(gm, node.target) == 1:
+def _replacement_name(gm: fx.GraphModule, node: fx.Node, mirror: nn.Module | None, fresh: bool) -> str:
+    if node.op == "call_module" and module_uses(gm, node.target) == 1 and not fresh:
         return str(node.target)
     base = "fxpool_" + (str(node.target).replace(".", "_") if node.op == "call_module" else node.name)
     name, index = base, 1

@@ -6,7 +6,13 @@ generators forked), so the caller's parameters, buffers (batch-norm running stat
 flags and random state stay bit-identical. Module
 hooks keep a stack of the modules being run; a ``TorchFunctionMode`` sees every functional pool
 call, even inside code torch.fx cannot trace. Each call becomes a :class:`PoolEvent`, in
-execution order.
+execution order. Hooks go on every module of the tree, those held in plain lists and attributes
+too (:func:`~fxpool.copying.tree_modules`), so a pool module is known by its object wherever it is
+called from.
+
+Where the model asks ``torch.onnx.is_in_onnx_export()``, it is recorded a second time with the
+question answered true (:attr:`Recording.export_branch`), so the pools that run only under export
+are known as well as those that run in eager.
 """
 
 from __future__ import annotations
@@ -20,12 +26,13 @@ from typing import Any
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import TreeSpec, tree_flatten, tree_map
 
 from .calls import PoolCall, describe_function, describe_module
-from .copying import module_paths, structural_copy
-from .errors import ExampleInputError, FxpoolError, PoolCallError
+from .copying import module_paths, structural_copy, tree_modules
+from .errors import ExampleInputError, FxpoolError, PoolCallError, error_summary
 from .example import Example, example_run
+from .globalstate import export_flag
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _FXPOOL_DIR = os.path.dirname(__file__)
@@ -64,6 +71,13 @@ class Recording:
     events: list[PoolEvent] = field(default_factory=list)
     invocations: dict[str, int] = field(default_factory=dict)  # module name -> times called
     output: Any = None  # the model's output on the example, detached, for the self-check
+    # The structure of each module's output where it is a class of its own (a ModelOutput, say),
+    # which torch.fx would trace as a plain dict: module name -> TreeSpec.
+    output_specs: dict[str, TreeSpec] = field(default_factory=dict)
+    # The same run with torch.onnx.is_in_onnx_export() answering True, where the model asked it.
+    export_branch: Recording | None = None
+    export_branch_error: str | None = None  # why that run could not be made (its error)
+    asks_export_flag: bool = False  # the model asked torch.onnx.is_in_onnx_export() in this run
 
     def within(self, name: str) -> list[PoolEvent]:
         """Events made by the module ``name`` or by modules below it (every event for the root ``""``).
@@ -81,20 +95,32 @@ def record_pool_calls(model: nn.Module, example: Example) -> Recording:
     """Run the model once on ``example`` without side effects and record every adaptive pool call.
 
     Scripted submodules (``torch.jit.script``) are run as they are: neither hooks nor the
-    function mode see inside them.
+    function mode see inside them. A model that asks ``torch.onnx.is_in_onnx_export()`` is run a
+    second time with the answer true; that recording is :attr:`Recording.export_branch`.
     """
+    recording = _record(model, example, export=False)
+    if recording.asks_export_flag:
+        try:
+            recording.export_branch = _record(model, example, export=True)
+        except FxpoolError as error:
+            recording.export_branch_error = str(error)
+    return recording
+
+
+def _record(model: nn.Module, example: Example, export: bool) -> Recording:
     probe = structural_copy(model, clone_buffers=True)
     scripted = scripted_modules(probe)
     recording = Recording()
     stack: list[tuple[str, int]] = []
     in_pool_module: list[bool] = []  # parallel to stack: is that module an adaptive pool?
     names = module_paths(probe)
+    modules = tree_modules(probe)
     pool_modules: dict[int, PoolCall | None] = {}
-    for name, module in probe.named_modules():
+    for module in modules:
         try:
             pool_modules[id(module)] = describe_module(module)
         except PoolCallError as error:
-            raise PoolCallError(f"{name or '<root>'}: {error}") from None
+            raise PoolCallError(f"{names[id(module)][0] or '<root>'}: {error}") from None
 
     def pre_hook(module: nn.Module, inputs: tuple[Any, ...]) -> None:
         name = _path_in_context(names.get(id(module), ["?"]), stack[-1][0] if stack else None)
@@ -106,8 +132,12 @@ def record_pool_calls(model: nn.Module, example: Example) -> Recording:
     def post_hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
         call = pool_modules.get(id(module))
         if call is not None and stack:
-            _record(recording, call, stack[-1][0], tuple(stack), inputs[0] if inputs else None, output, None)
+            _add_event(recording, call, stack[-1][0], tuple(stack), inputs[0] if inputs else None, output, None)
         if stack:
+            if type(output) not in _PLAIN_OUTPUTS:
+                spec = tree_flatten(output)[1]
+                if spec.type not in _PLAIN_OUTPUTS:
+                    recording.output_specs[stack[-1][0]] = spec
             stack.pop()
             in_pool_module.pop()
 
@@ -125,20 +155,21 @@ def record_pool_calls(model: nn.Module, example: Example) -> Recording:
             source = _caller_source()
             _validate_input(call, value, source)
             output = func(*args, **kwargs)
-            _record(recording, call, None, tuple(stack) or (("", 0),), value, output, source)
+            _add_event(recording, call, None, tuple(stack) or (("", 0),), value, output, source)
             return output
 
     with ExitStack() as cleanup:
-        for module in probe.modules():
+        for module in modules:
             if id(module) in scripted:
                 continue
             cleanup.enter_context(module.register_forward_pre_hook(pre_hook))
             cleanup.enter_context(module.register_forward_hook(post_hook, always_call=True))
         cleanup.enter_context(example_run(example))
+        flag = cleanup.enter_context(export_flag(export))
         cleanup.enter_context(PoolCallRecorder())
         pre_pool_hooks = [
             module.register_forward_pre_hook(_make_validator(call, names[id(module)][0]))
-            for module in probe.modules()
+            for module in modules
             if (call := pool_modules.get(id(module))) is not None
         ]
         for handle in pre_pool_hooks:
@@ -148,12 +179,21 @@ def record_pool_calls(model: nn.Module, example: Example) -> Recording:
         except FxpoolError:
             raise
         except Exception as error:  # the model's own failure, reported with the example's shapes
+            if export:
+                raise ExampleInputError(
+                    f"with torch.onnx.is_in_onnx_export() true, {type(model).__name__}.forward raised {error_summary(error)}"
+                ) from error
             raise ExampleInputError(
                 f"{type(model).__name__}.forward raised {type(error).__name__} on the example input "
                 f"{example.describe()}: {str(error).rstrip('.')}. Nothing was converted; pass an example input the "
                 f"model accepts (the one you would give torch.onnx.export).{_keyword_hint(example, error)}"
             ) from error
+        recording.asks_export_flag = flag.count > 0
     return recording
+
+
+# Output types torch.fx keeps as they are in a traced graph.
+_PLAIN_OUTPUTS = (torch.Tensor, tuple, list, dict, type(None))
 
 
 def _path_in_context(paths: list[str], caller: str | None) -> str:
@@ -210,7 +250,7 @@ def _validate_input(call: PoolCall, value: Any, where: str | None) -> None:
         )
 
 
-def _record(
+def _add_event(
     recording: Recording, call: PoolCall, module_name: str | None, scope: Scope, value: Any, output: Any, source: str | None
 ) -> None:
     values = output[0] if isinstance(output, (tuple, list)) else output

@@ -36,6 +36,7 @@ class PoolRecord:
     export_translated: bool = False
     family: str = ""  # "avg" or "max" ("" where the pool was never seen)
     kind: str = ""  # what report.counts() counts: the first op of the replacement (PoolPlan.kind), or "dynamic"
+    export_branch: bool = False  # a pool only the export branch runs (code asking torch.onnx.is_in_onnx_export())
 
     @property
     def exports_exactly(self) -> bool:
@@ -59,6 +60,12 @@ class ConversionReport:
     @property
     def unconverted(self) -> tuple[PoolRecord, ...]:
         return tuple(r for r in self.records if not r.converted)
+
+    @property
+    def stands_alone(self) -> bool:
+        """Whether every pool was replaced, so plain ``torch.onnx.export``/``torch.export`` of the
+        converted model gives the exact graph with no fxpool code around the call."""
+        return not self.unconverted
 
     @property
     def unexportable(self) -> tuple[PoolRecord, ...]:
@@ -104,9 +111,23 @@ class ConversionReport:
         reached = "whole model traced" if "" in self.traced else (f"traced submodules: {', '.join(self.traced) or 'none'}")
         translated = len(self.unconverted) - len(self.unexportable)
         at_export = f" ({translated} of them exported exactly by fxpool's translations)" if translated else ""
+        if not self.records:
+            alone = ""
+        elif self.stands_alone:
+            alone = "; every pool replaced: the converted model exports exactly on its own"
+        else:
+            alone = (
+                f"; NOT standalone: plain torch.onnx.export or torch.export of the converted model leaves those "
+                f"{len(self.unconverted)} to the stock exporters"
+                + (
+                    ", and only fxpool.export and onnx_export_hook lower them exactly"
+                    if translated == len(self.unconverted)
+                    else ""
+                )
+            )
         return (
             f"{len(self.records)} adaptive pool(s): {len(self.converted)} converted, "
-            f"{len(self.unconverted)} left to PyTorch{at_export}; {reached}"
+            f"{len(self.unconverted)} left to PyTorch{at_export}; {reached}{alone}"
         )
 
     def __str__(self) -> str:

@@ -5,14 +5,17 @@ found. This module runs a model under a ``TorchFunctionMode`` and counts every c
 adaptive-pooling functions (which every ``nn.Adaptive*Pool`` module and ``nn.Upsample(mode="area")``
 reach) by the name of the function. Nested calls are not counted twice: the mode is off while the
 function it intercepted runs (interpolate's own adaptive_avg_pool2d is not seen). The table is
-written out here on purpose rather than taken from :mod:`fxpool.calls`.
+written out here on purpose rather than taken from :mod:`fxpool.calls`; so is the switch of
+``torch.onnx.is_in_onnx_export`` that counts the export branch (``unittest.mock``, not fxpool's).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -55,9 +58,14 @@ def _mode(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return kwargs.get("mode", args[3] if len(args) > 3 else "nearest")
 
 
-def pool_calls(model: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, int]:
-    """How many times ``model(*args, **kwargs)`` calls each adaptive pooling function (no grad)."""
+def pool_calls(model: Callable[..., Any], *args: Any, export_branch: bool = False, **kwargs: Any) -> dict[str, int]:
+    """How many times ``model(*args, **kwargs)`` calls each adaptive pooling function (no grad).
+
+    With ``export_branch``, ``torch.onnx.is_in_onnx_export()`` answers true while it runs, so code
+    that branches on it takes the branch the ONNX exporters take.
+    """
     counter = _PoolCounter()
-    with torch.no_grad(), counter:
+    flag = mock.patch.object(torch.onnx, "is_in_onnx_export", lambda: True) if export_branch else contextlib.nullcontext()
+    with torch.no_grad(), flag, counter:
         model(*args, **kwargs)
     return dict(counter.calls)

@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any
 
 STATUSES = ("pass", "fail", "skip")
-# The exportability columns: (label, Case attribute), stock original first.
+# The exportability columns: (label, Case attribute), stock original first; "converted" is the plain
+# export (no fxpool code around the call) of fxpool.convert's model.
 EXPORTS = (
     ("TorchScript, stock", "stock_torchscript"),
-    ("TorchScript, fxpool", "fxpool_torchscript"),
+    ("TorchScript, converted", "converted_torchscript"),
     ("dynamo, stock", "stock_dynamo"),
-    ("dynamo, fxpool", "fxpool_dynamo"),
+    ("dynamo, converted", "converted_dynamo"),
+    ("torch.export, converted", "converted_torch_export"),
 )
 PICTURE = "zoo.png"
 
@@ -59,9 +61,12 @@ def summary(cases: Sequence[Any]) -> str:
         if tried:
             decomposed = tried.count("decomposed")
             lines.append(
-                f"  {label:<20} exports {tried.count('exports') + decomposed}/{len(tried)}"
+                f"  {label:<24} exports {tried.count('exports') + decomposed}/{len(tried)}"
                 + (f" ({decomposed} only as the GatherND/Where decomposition)" if decomposed else "")
             )
+    fallback = [c for c in ran if getattr(c, "fxpool_torchscript", "") or getattr(c, "fxpool_dynamo", "")]
+    if fallback:
+        lines.append(f"  fxpool.export was needed beside the plain exports on {len(fallback)} case(s)")
     pools = sum(c.pools for c in ran)
     kinds: dict[str, int] = {}
     for c in ran:
@@ -75,6 +80,14 @@ def summary(cases: Sequence[Any]) -> str:
     errors = [c.eager_max_error for c in ran if c.eager_max_error is not None]
     if errors:
         lines.append(f"  eager: largest |converted - original| {max(errors):.1e} (float32)")
+    costs = [(c.convert_s / c.forward_s, c) for c in ran if getattr(c, "forward_s", None) and c.convert_s]
+    if costs:
+        ratio, worst = max(costs, key=lambda pair: pair[0])
+        lines.append(
+            f"  convert: median {statistics.median(r for r, _ in costs):.1f} forwards of the original, worst {ratio:.1f} "
+            f"({worst.model}@{'x'.join(map(str, worst.input_shape[2:]))}: {worst.convert_s:.2f} s against "
+            f"{worst.forward_s * 1e3:.0f} ms), longest {max(c.convert_s for _, c in costs):.2f} s"
+        )
     speeds = distinct_pool_speeds(cases)
     ratios = [row["ort_ms_stock"] / row["ort_ms_fxpool"] for row in speeds if row["ort_ms_stock"]]
     stock_fails = sum(1 for row in speeds if not row["ort_ms_stock"])
@@ -111,9 +124,10 @@ def markdown(cases: Sequence[Any]) -> str:
     tally = counts(cases)
     lines = [
         f"# fxpool zoo sweep\n\n{tally['pass']} pass, {tally['fail']} fail, {tally['skip']} skip\n",
-        "| model | input | status | pools | replacements | eager err | exports: TS stock / TS fxpool / dynamo stock "
-        "/ dynamo fxpool | ORT err (ts / dynamo) | ORT ms (ours / dynamo orig) | speedup | convert s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | input | status | pools | replacements | eager err | exports: TS stock / TS converted / dynamo stock "
+        "/ dynamo converted / torch.export converted | ORT err (ts / dynamo) | ORT ms (ours / dynamo orig) | speedup "
+        "| convert s | convert / forward |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cases:
         eager = _fmt(c.eager_max_error) + "".join(
@@ -125,7 +139,7 @@ def markdown(cases: Sequence[Any]) -> str:
             f"{', '.join(f'{k} {v}' for k, v in c.replacements.items())} | {eager} | {exports} | "
             f"{_fmt(c.torchscript_ort_error)} / {_fmt(c.dynamo_ort_error)} | "
             f"{_fmt(c.ort_ms_converted, '.2f')} / {_fmt(c.ort_ms_original_dynamo, '.2f')} | "
-            f"{_fmt(c.ort_speedup, '.2f')} | {_fmt(c.convert_s, '.2f')} |"
+            f"{_fmt(c.ort_speedup, '.2f')} | {_fmt(c.convert_s, '.2f')} | {_fmt(_forwards(c), '.1f')} |"
         )
     devices = sorted({f"eager on {c.device}, onnxruntime {c.ort_provider}" for c in cases if c.ort_provider})
     if devices:
@@ -165,6 +179,11 @@ def markdown(cases: Sequence[Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _forwards(case: Any) -> float | None:
+    forward = getattr(case, "forward_s", None)
+    return case.convert_s / forward if forward and case.convert_s else None
+
+
 def _fmt(value: float | None, spec: str = ".1e") -> str:
     return "-" if value is None else format(value, spec)
 
@@ -173,9 +192,10 @@ _COLOURS = {"exports": "#4caf50", "decomposed": "#ffb74d", "fails": "#e57373", "
 _CELL_TEXT = {"exports": "", "decomposed": "GatherND", "fails": "fails", "not tried": "-"}
 _SHORT = {
     "stock_torchscript": "TS stock",
-    "fxpool_torchscript": "TS fxpool",
+    "converted_torchscript": "TS converted",
     "stock_dynamo": "dynamo stock",
-    "fxpool_dynamo": "dynamo fxpool",
+    "converted_dynamo": "dynamo converted",
+    "converted_torch_export": "torch.export converted",
 }
 _FACET_ROWS = 40  # models per column of the exportability matrix
 

@@ -179,13 +179,6 @@ class ExportTimePool(nn.Module):
         return F.adaptive_avg_pool2d(x, 7)
 
 
-def test_conversion_keeps_the_export_branch_instead_of_tracing_it_away() -> None:
-    converted = fxpool.convert(nn.Sequential(nn.Conv2d(3, 3, 1), ExportTimePool()), torch.randn(1, 3, 10, 10))
-    assert isinstance(converted[1], ExportTimePool)  # still Python: its export branch survives
-    report = fxpool.report_of(converted)
-    assert "is_in_onnx_export" in str(report) and len(report.unconverted) == 1
-
-
 @pytest.mark.parametrize("dynamo", [False, True])
 def test_exporter_level_translation_handles_export_only_pools(dynamo: bool, tmp_path) -> None:
     model = ExportTimePool()

@@ -1,4 +1,4 @@
-"""fxpool.globalstate: the stand-in of is_in_onnx_export refuses branches in one thread only, and is removed."""
+"""fxpool.globalstate: the stand-in of is_in_onnx_export answers in one thread only, counts, and is removed."""
 
 from __future__ import annotations
 
@@ -7,24 +7,41 @@ import threading
 import pytest
 import torch
 
-from fxpool.globalstate import ExportBranchError, is_stand_in, refusing_export_branches
+from fxpool.globalstate import ExportBranchError, export_flag, is_stand_in
 
 
-def test_refuses_in_this_thread_and_answers_in_others() -> None:
-    seen = {}
-    with refusing_export_branches():
-        with pytest.raises(ExportBranchError, match="branches on torch.onnx.is_in_onnx_export"):
-            torch.onnx.is_in_onnx_export()
-        other = threading.Thread(target=lambda: seen.update(value=torch.onnx.is_in_onnx_export()))
-        other.start()
-        other.join()
-    assert seen == {"value": False}
+def _answer_elsewhere() -> dict[str, bool]:
+    seen: dict[str, bool] = {}
+    other = threading.Thread(target=lambda: seen.update(value=torch.onnx.is_in_onnx_export()))
+    other.start()
+    other.join()
+    return seen
+
+
+@pytest.mark.parametrize("answer", [True, False])
+def test_answers_in_this_thread_counts_the_questions_and_leaves_other_threads_alone(answer: bool) -> None:
+    with export_flag(answer) as reads:
+        assert torch.onnx.is_in_onnx_export() is answer
+        assert torch.onnx.is_in_onnx_export() is answer
+        assert _answer_elsewhere() == {"value": False}
+    assert reads.count == 2
     assert not is_stand_in(torch.onnx.is_in_onnx_export) and torch.onnx.is_in_onnx_export() is False
 
 
-def test_nested_sections_unwind_and_errors_restore_the_original() -> None:
+def test_refuses_where_no_branch_may_be_taken() -> None:
+    with export_flag(None) as reads:
+        with pytest.raises(ExportBranchError, match="branches on torch.onnx.is_in_onnx_export"):
+            torch.onnx.is_in_onnx_export()
+    assert reads.count == 1
+
+
+def test_nested_sections_answer_innermost_and_errors_restore_the_original() -> None:
     original = torch.onnx.is_in_onnx_export
     with pytest.raises(RuntimeError, match="inner"):
-        with refusing_export_branches(), refusing_export_branches():
+        with export_flag(False) as outer:
+            with export_flag(True) as inner:
+                assert torch.onnx.is_in_onnx_export() is True
+            assert torch.onnx.is_in_onnx_export() is False
             raise RuntimeError("inner")
+    assert (outer.count, inner.count) == (1, 1)
     assert torch.onnx.is_in_onnx_export is original

@@ -123,11 +123,12 @@ def test_a_model_torch_export_cannot_capture_either_way_is_not_blamed_on_fxpool(
 
 
 def test_a_case_records_what_each_exporter_does_and_each_pools_speed(tmp_path) -> None:
-    case = zoo.check("vgg11_max_pool", (1, 3, 96, 96), str(tmp_path), ["torchscript", "dynamo"])  # 3x3 -> 7x7 max
+    case = zoo.check("vgg11_max_pool", (1, 3, 96, 96), str(tmp_path), zoo.EXPORTERS)  # 3x3 -> 7x7 max
     assert case.status == "pass", case.reason
     assert case.stock_torchscript.startswith("fails: SymbolicValueError: Unsupported: ONNX export of operator adaptive_max_pool2d")
     assert case.stock_dynamo.startswith("fails: DispatchError: No ONNX function found")  # the reason, not "Next steps:"
-    assert case.fxpool_torchscript == case.fxpool_dynamo == "ok"
+    assert case.converted_torchscript == case.converted_dynamo == case.converted_torch_export == "ok"
+    assert case.fxpool_torchscript == case.fxpool_dynamo == ""  # every pool replaced: the plain exports suffice
     (pool,) = case.pool_speeds
     assert pool["pool"] == "max 512x3x3->7x7" and pool["ort_ms_fxpool"] > 0 and pool["ort_ms_stock"] is None
     assert case.ort_noise is not None and 0.5 < case.ort_noise < 2
@@ -163,9 +164,10 @@ def _case(model: str, size: int, **fields) -> zoo.Case:
         replacements={"kron-matmul": 1},
         eager_max_error=1e-7,
         stock_torchscript="fails: SymbolicValueError: Unsupported",
-        fxpool_torchscript="ok",
+        converted_torchscript="ok",
         stock_dynamo="ok: GatherND, Where",
-        fxpool_dynamo="ok",
+        converted_dynamo="ok",
+        converted_torch_export="ok",
         ort_speedup=1.02,
         ort_noise=0.98,
         pool_speeds=[
@@ -201,8 +203,8 @@ def test_the_summary_and_report_say_what_exports_and_how_fast_the_pools_are(tmp_
     ]
     text = summary(cases)
     assert "3 cases of 3 models: 2 pass, 1 fail, 0 skip" in text
-    assert "TorchScript, stock   exports 1/3" in text and "TorchScript, fxpool  exports 3/3" in text
-    assert "dynamo, stock        exports 2/3 (1 only as the GatherND/Where decomposition)" in text
+    assert "TorchScript, stock       exports 1/3" in text and "TorchScript, converted   exports 3/3" in text
+    assert "dynamo, stock            exports 2/3 (1 only as the GatherND/Where decomposition)" in text
     assert "median 5.0x (from 5.0x to 5.0x over 1 distinct pools); 1 more the stock dynamo exporter cannot export" in text
     assert "FAIL vgg11_max_pool 1x3x160x160: ExportFailedError: it broke" in text
     assert len(text.splitlines()) < 15
@@ -236,10 +238,14 @@ def test_suites_are_named_built_and_sized_by_their_own_rules() -> None:
 @pytest.mark.parametrize("name,size", [("timm/resnet18:catavgmax", 64), ("smp/PSPNet-resnet18", 160)])
 def test_timm_and_smp_cases_pass_end_to_end_with_the_census(name: str, size: int, tmp_path) -> None:
     pytest.importorskip(name.split("/")[0].replace("smp", "segmentation_models_pytorch"))
-    case = zoo.check(name, (1, 3, size, size), str(tmp_path), ["torchscript", "dynamo"])
+    case = zoo.check(name, (1, 3, size, size), str(tmp_path), zoo.EXPORTERS)
     assert case.status == "pass", case.reason
-    assert sum(case.pool_calls.values()) == case.pools >= 2 and case.pool_calls_converted == {}
+    assert sum(case.pool_calls.values()) == case.pools - case.export_branch_pools >= 2 and case.pool_calls_converted == {}
+    assert case.pool_calls_converted_export == {}  # the branch the ONNX exporters take is converted too
     assert case.torchscript_ort_error is not None and case.dynamo_ort_error is not None
+    assert case.converted_torch_export == "ok" and case.torch_export_error is not None
+    if name.startswith("smp/PSPNet"):  # smp's PSPBlock pools by area interpolation under export
+        assert case.export_branch_pools == 4 and case.pool_calls_export == {"interpolate(area)": 4}
 
 
 @torch.library.custom_op("fxpool_tests::twice", mutates_args=())

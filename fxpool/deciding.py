@@ -1,0 +1,108 @@
+"""Decide: one decision and one report record per pool site.
+
+:func:`decide` reads a :class:`~fxpool.finding.PoolSite` as planning sees a pool (a
+:class:`~fxpool.planning.PoolSighting`: how it is written and the sizes of each run), asks
+:func:`~fxpool.planning.decide_pool` for its one :class:`~fxpool.planning.PoolDecision`, and writes
+the :class:`~fxpool.report.PoolRecord` users read. A site that must stay where it is
+(``site.left``) or whose replacement an earlier self-check undid is left, with that reason; an
+export-graph site that is the same call as an eager one (``site.twin``) follows its twin and adds no
+record of its own. Nothing here builds or changes a module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .calls import PoolCall, normalize_output_size
+from .finding import PoolSite
+from .planning import PoolDecision, PoolSighting, decide_pool
+from .recording import PoolEvent
+from .report import PoolRecord
+
+_DYNAMIC_DESCRIPTIONS = {
+    "avg": "dynamic matmul (windows from the runtime size)",
+    "max": "dynamic masked max (windows from the runtime size)",
+}
+
+
+@dataclass(frozen=True, eq=False)
+class SiteDecision:
+    """What happens to one site, and the record of it (``None`` for a twin, which its eager site records)."""
+
+    site: PoolSite
+    decision: PoolDecision
+    record: PoolRecord | None
+
+    @property
+    def replaced(self) -> bool:
+        return self.decision.action != "left" and bool(self.site.events)
+
+
+def decide(site: PoolSite, *, dynamic: bool, undone: str | None = None) -> SiteDecision:
+    """Decide one site: its own reason to stay, an earlier undo, or planning's guards and rules.
+
+    ``undone`` is why an earlier round of the self-check undid this site's replacement.
+    """
+    if site.left is not None:
+        decision = PoolDecision("left", site.left)
+    elif undone:
+        decision = PoolDecision("left", undone)
+    else:
+        decision = decide_pool(sighting(site.call, site.events, site.location), dynamic)
+    record = None if site.twin is not None else _record(site, decision)
+    return SiteDecision(site, decision, record)
+
+
+def requested_sizes(call: PoolCall, event: PoolEvent, location: str) -> tuple[int | None, ...] | None:
+    """The output size per spatial axis as the model asks for it; None for a scale_factor or a computed size."""
+    if call.output_size is None or call.dynamic_output_size:
+        return None
+    # interpolate's int size is every axis's, as a pool's output_size is
+    return normalize_output_size(call.output_size, event.spatial_dims, location)
+
+
+def sighting(call: PoolCall, events: tuple[PoolEvent, ...], location: str) -> PoolSighting:
+    """What planning needs to know of a pool: its family, its runs' sizes and the size it asks for."""
+    if not events:
+        return PoolSighting(call.family, (), None, call.return_indices, call.dynamic_output_size)
+    dims = events[0].spatial_dims
+    return PoolSighting(
+        call.family,
+        tuple((e.input_shape[-dims:], e.output_shape[-dims:]) for e in events),
+        requested_sizes(call, events[0], location),
+        call.return_indices,
+        call.dynamic_output_size,
+        events[0].quantized,
+    )
+
+
+def _record(site: PoolSite, decision: PoolDecision) -> PoolRecord:
+    call, plan = site.call, decision.plan
+    event = site.events[0] if site.events else None
+    converted = decision.action != "left"
+    if plan is None or not converted:
+        replacement, kind = "left to PyTorch", ""
+    elif decision.action == "dynamic":
+        replacement, kind = _DYNAMIC_DESCRIPTIONS[plan.family], "dynamic"
+    else:
+        replacement, kind = plan.describe(), plan.kind
+    output_size = "?" if event is None and call.output_size is None else call.requested
+    if call.output_size is None and not call.dynamic_output_size and event is not None:
+        output_size = f"scale_factor: {event.output_shape[-event.spatial_dims :]}"
+    return PoolRecord(
+        location=site.location,
+        form=call.form,
+        op=call.op,
+        input_shape=None if event is None else event.input_shape,
+        output_size=output_size,
+        output_shape=None if event is None else event.output_shape,
+        converted=converted,
+        replacement=replacement,
+        reason=decision.reason,
+        size_agnostic=decision.action == "dynamic" or (plan is not None and converted and plan.size_agnostic),
+        source=None if event is None else event.source,
+        export_translated=not converted and call.family == "avg" and not (event is not None and event.quantized),
+        family=call.family,
+        kind=kind,
+        export_branch=site.export_branch,
+    )

@@ -1,0 +1,111 @@
+"""fxpool.finding: every pool site of a copy, in traced graphs, by module object, or left with its reason."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fxpool.copying import structural_copy
+from fxpool.example import read_example
+from fxpool.finding import EXPORT_SUFFIX, find_pools
+from fxpool.recording import record_pool_calls
+
+
+def _find(model: nn.Module, x: torch.Tensor, **options):
+    recording = record_pool_calls(model, read_example(x))
+    copy = structural_copy(model)
+    return copy, find_pools(copy, recording, **options)
+
+
+class Traceable(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(x) + F.adaptive_max_pool2d(x, 3)
+
+
+def test_a_traced_graph_gives_one_site_per_pool_node_with_its_calls() -> None:
+    copy, found = _find(nn.Sequential(nn.Conv2d(3, 3, 1), Traceable()), torch.randn(2, 3, 8, 8))
+    assert found.traced_names == ("",) and not found.untraceable
+    assert [s.location for s in found.sites] == ["1.pool", "1:adaptive_max_pool2d"]
+    assert all(s.node is not None and s.traced is found.traced[0] and s.left is None for s in found.sites)
+    assert [s.events[0].input_shape for s in found.sites] == [(2, 3, 8, 8)] * 2
+    assert found.sites[0].hooks_from is copy[1].pool and found.sites[1].hooks_from is None
+
+
+class Untraceable(nn.Module):
+    """A data-dependent branch torch.fx cannot trace, over a pool module in a list and a functional pool."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pools = nn.ModuleList([nn.AdaptiveAvgPool2d(5)])
+        object.__setattr__(self, "loose", [nn.AdaptiveMaxPool2d(2)])  # never registered
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            x = x + 1
+        return self.pools[0](x).sum() + self.loose[0](x).sum() + F.adaptive_avg_pool2d(x, 3).sum()
+
+
+def test_untraceable_code_gives_module_sites_by_object_and_leaves_functional_calls_with_the_reason() -> None:
+    copy, found = _find(Untraceable(), torch.randn(1, 3, 9, 9))
+    assert [name for name, _ in found.untraceable] == [""]
+    by_location = {s.location: s for s in found.sites}
+    assert set(by_location) == {"pools.0", "loose[0]", "<root>:F.adaptive_avg_pool2d#0"}
+    assert by_location["pools.0"].module is copy.pools[0] and by_location["loose[0]"].module is copy.loose[0]
+    assert by_location["loose[0]"].events[0].output_shape == (1, 3, 2, 2)
+    left = by_location["<root>:F.adaptive_avg_pool2d#0"]
+    assert left.left is not None and "torch.fx cannot trace" in left.left and "TraceError" in left.left
+
+
+def test_a_refused_trace_is_visited_below_with_its_reason() -> None:
+    _, found = _find(nn.Sequential(nn.Conv2d(3, 3, 1), Traceable()), torch.randn(2, 3, 8, 8), refused_traces={"": "refused"})
+    assert ("", "refused") in found.untraceable and found.traced_names == ("1",)
+
+
+class ExportBranch(nn.Module):
+    """The same pool module in both branches, and an area interpolate under export only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.onnx.is_in_onnx_export():
+            return self.pool(x) + F.interpolate(x, size=(4, 4), mode="area")
+        return self.pool(x) * 2
+
+
+def test_an_export_branch_gives_sites_of_its_own_and_twins_of_the_eager_calls() -> None:
+    _, found = _find(nn.Sequential(nn.Conv2d(3, 3, 1), ExportBranch()), torch.randn(1, 3, 10, 10))
+    assert found.traced_names == ("", "1")  # the branching module is traced on its own, once per answer
+    traced = found.traced[1]
+    assert traced.export_graph is not None and traced.export_graph.code != traced.graph.code
+    sites = [(s.location, s.export_branch, s.twin) for s in found.sites]
+    assert sites == [
+        ("1.pool", False, None),
+        ("1.pool" + EXPORT_SUFFIX, True, "1.pool"),
+        ("1:interpolate" + EXPORT_SUFFIX, True, None),
+    ]
+
+
+def test_a_module_that_asks_the_export_flag_but_takes_one_path_gets_one_graph() -> None:
+    class Asks(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            torch.onnx.is_in_onnx_export()
+            return F.adaptive_avg_pool2d(x, 2)
+
+    _, found = _find(Asks(), torch.randn(1, 3, 5, 5))
+    assert found.traced[0].export_graph is None and [s.export_branch for s in found.sites] == [False]
+
+
+def test_a_scripted_pool_is_a_left_site_with_its_output_size() -> None:
+    model = nn.Sequential(nn.AdaptiveMaxPool2d(4), torch.jit.script(nn.AdaptiveAvgPool2d((2, 3))))
+    _, found = _find(model, torch.randn(1, 3, 8, 8))
+    eager, site = found.sites
+    assert eager.location == "0" and eager.left is None
+    assert site.location == "1" and site.left is not None and "TorchScript" in site.left
+    assert site.call.output_size == (2, 3) and site.call.op == "nn.AdaptiveAvgPool2d"
