@@ -1,8 +1,11 @@
 """Which models the zoo sweep runs, how each is built, and at which input shapes.
 
-Three suites: ``torchvision`` (plain names, ``alexnet``), ``timm`` (``timm/NAME``, see
-:mod:`model_zoo_checks.timm_suite`) and ``smp`` (``smp/ARCH-ENCODER``, see
-:mod:`model_zoo_checks.smp_suite`); timm and segmentation_models_pytorch are optional installs.
+Five suites: ``torchvision`` (plain names, ``alexnet``), ``timm`` (``timm/NAME``, see
+:mod:`model_zoo_checks.timm_suite`), ``smp`` (``smp/ARCH-ENCODER``, see
+:mod:`model_zoo_checks.smp_suite`), ``transformers`` (``hf/MODEL_TYPE``, see
+:mod:`model_zoo_checks.transformers_suite`) and ``monai`` (``monai/NAME``, see
+:mod:`model_zoo_checks.monai_suite`); all but torchvision are optional installs. Each suite module
+gives ``names()``, ``shapes(name, sizes)``, ``build(name, shape)`` and its ``DEFAULT`` names.
 
 In torchvision, discovery is by inspection: a model is swept when one of its modules is an adaptive pool or the
 source of one of its module classes calls one. The registry's ``quantized_*`` entries are swept as
@@ -25,10 +28,17 @@ from torch import nn
 from fxpool.calls import describe_module
 from fxpool.loading import build_torchvision
 
-from . import smp_suite, timm_suite
+from . import monai_suite, smp_suite, timm_suite, transformers_suite
 
-SUITES = ("torchvision", "timm", "smp")
-SUITE_PACKAGES = {"torchvision": "torchvision", "timm": "timm", "smp": "segmentation_models_pytorch"}
+SUITES = ("torchvision", "timm", "smp", "transformers", "monai")
+SUITE_PACKAGES = {
+    "torchvision": "torchvision",
+    "timm": "timm",
+    "smp": "segmentation_models_pytorch",
+    "transformers": "transformers",
+    "monai": "monai",
+}
+SUITE_MODULES: dict[str, Any] = {"timm": timm_suite, "smp": smp_suite, "transformers": transformers_suite, "monai": monai_suite}
 TORCHVISION_DEFAULT = (
     "alexnet",
     "vgg11",
@@ -65,7 +75,7 @@ INPUT_SHAPES: dict[str, tuple[int, ...]] = {
     "regnet_y_128gf": (1, 3, 160, 160),  # 645M parameters, 375 GFLOPs at its own 384
 }
 # Known limitations, each with its reason: reported as skips, never dropped.
-KNOWN_LIMITATIONS: dict[str, str] = {}
+KNOWN_LIMITATIONS: dict[str, str] = {**transformers_suite.KNOWN_LIMITATIONS}
 
 
 class PyramidPoolingNet(nn.Module):
@@ -123,7 +133,7 @@ VARIANTS: dict[str, Callable[[], nn.Module]] = {
 
 
 def suite_of(name: str) -> str:
-    for suite, module in (("timm", timm_suite), ("smp", smp_suite)):
+    for suite, module in SUITE_MODULES.items():
         if name.startswith(module.PREFIX):
             return suite
     return "torchvision"
@@ -135,8 +145,7 @@ def installed(suite: str) -> bool:
 
 def default_names(suites: Sequence[str]) -> list[str]:
     """The default sweep's models of these suites (a few per suite beside torchvision's dozen)."""
-    table = {"torchvision": TORCHVISION_DEFAULT, "timm": timm_suite.DEFAULT, "smp": smp_suite.DEFAULT}
-    return [name for suite in suites for name in table[suite]]
+    return [name for suite in suites for name in (TORCHVISION_DEFAULT if suite == "torchvision" else SUITE_MODULES[suite].DEFAULT)]
 
 
 def swept_names(suites: Sequence[str] = ("torchvision",)) -> list[str]:
@@ -146,7 +155,7 @@ def swept_names(suites: Sequence[str] = ("torchvision",)) -> list[str]:
         if suite == "torchvision":
             found += [n for n in torchvision.models.list_models() if has_adaptive_pool(n)] + list(VARIANTS)
         else:
-            found += (timm_suite if suite == "timm" else smp_suite).names()
+            found += SUITE_MODULES[suite].names()
     return found
 
 
@@ -154,10 +163,8 @@ def build(name: str, shape: tuple[int, ...] | None = None) -> nn.Module:
     """The model a sweep name stands for, in eval mode, without pretrained weights (``shape``: the
     input it will get, for the few timm models that are built for one size)."""
     suite = suite_of(name)
-    if suite == "timm":
-        return timm_suite.build(name, shape)
-    if suite == "smp":
-        return smp_suite.build(name, shape)
+    if suite != "torchvision":
+        return SUITE_MODULES[suite].build(name, shape)
     if name in VARIANTS:
         return VARIANTS[name]().eval()
     options = dict(OVERRIDES.get(name, {}))
@@ -211,12 +218,12 @@ def native_size(name: str) -> int | None:
 
 
 def input_shapes(name: str, sizes: Sequence[int] | None, with_native: bool) -> list[tuple[int, ...]]:
-    """The (1, 3, S, S) shapes to sweep, or the model's one fixed shape. ``sizes`` None: the suite's
-    own (torchvision 160 and 320; timm the model's own size and a second; smp 320 and 512)."""
+    """The input shapes to sweep ((1, 3, S, S) for images), or the model's one fixed shape. ``sizes`` None:
+    the suite's own (torchvision 160 and 320; timm and transformers the model's own size and a second;
+    smp 320 and 512; MONAI two volumes)."""
     suite = suite_of(name)
     if suite != "torchvision":
-        chosen = list(sizes) if sizes else (timm_suite if suite == "timm" else smp_suite).sizes(name)
-        return [(1, 3, s, s) for s in chosen]
+        return SUITE_MODULES[suite].shapes(name, list(sizes) if sizes else None)
     if name in INPUT_SHAPES:
         return [INPUT_SHAPES[name]]
     chosen = list(sizes or TORCHVISION_SIZES)

@@ -41,6 +41,10 @@ def sizes(name: str) -> list[int]:
     return list(SIZES)
 
 
+def shapes(name: str, chosen: list[int] | None) -> list[tuple[int, ...]]:
+    return [(1, 3, s, s) for s in (chosen or sizes(name))]
+
+
 def build(name: str, shape: tuple[int, ...] | None = None) -> nn.Module:
     import segmentation_models_pytorch as smp
 

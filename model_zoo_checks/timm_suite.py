@@ -127,6 +127,10 @@ def sizes(name: str) -> list[int]:
     return [own, SECOND_SIZE.get(model, own + SIZE_STEP)]
 
 
+def shapes(name: str, chosen: list[int] | None) -> list[tuple[int, ...]]:
+    return [(1, 3, s, s) for s in (chosen or sizes(name))]
+
+
 def build(name: str, shape: tuple[int, ...] | None = None) -> nn.Module:
     import timm
 

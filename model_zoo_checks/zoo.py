@@ -587,7 +587,7 @@ def _shard(text: str) -> tuple[int, int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fxpool zoo", description="model-zoo sweep (torchvision, timm, smp)")
+    parser = argparse.ArgumentParser(prog="fxpool zoo", description="model-zoo sweep (torchvision, timm, smp, transformers, monai)")
     parser.add_argument(
         "--models",
         nargs="*",
@@ -607,14 +607,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         nargs="*",
         type=int,
         default=None,
-        help="square input sizes (default: torchvision 160 320, timm the model's own and a second, "
-        "smp 320 512; video models and a few slow ones keep their own fixed shape)",
+        help="square input sizes (cubes for MONAI; default: torchvision 160 320, timm and transformers the model's own "
+        "and a second, smp 320 512, MONAI two uneven volumes; video models and a few slow ones keep their own shape)",
     )
     parser.add_argument(
         "--all",
         action="store_true",
         help="every model of the suites (torchvision: each with an adaptive pool, also at its own "
-        "default size; timm: one per family; smp: every decoder on two encoders)",
+        "default size; timm and transformers: one per family; smp: every decoder on two encoders; MONAI: every "
+        "network module with a pool)",
     )
     parser.add_argument(
         "--exporters",

@@ -285,6 +285,36 @@ def test_the_timm_family_table_covers_every_family_with_a_pool() -> None:
     assert all(model in found[family] for family, model in catalog.timm_suite.FAMILIES.items())
 
 
+@pytest.mark.slow
+def test_the_transformers_family_table_covers_every_family_with_a_pool() -> None:
+    pytest.importorskip("transformers")
+    assert catalog.transformers_suite.discover(catalog.holds_a_pool) == catalog.transformers_suite.FAMILIES
+
+
+def test_the_monai_table_covers_every_network_module_with_a_pool() -> None:
+    pytest.importorskip("monai")
+    swept = {module for module, _ in catalog.monai_suite.NETWORKS.values()}
+    assert catalog.monai_suite.discover() == swept | set(catalog.monai_suite.NOT_SWEPT)
+
+
+@pytest.mark.parametrize(
+    "name,shape",
+    [
+        ("hf/upernet:convnext", (1, 3, 128, 128)),  # the pyramid on 4x4: 4->3 and 4->6 by kron-matmul
+        ("hf/mobilenet_v2", (1, 3, 96, 96)),
+        ("monai/SEResNet50", (1, 1, 21, 23, 25)),
+    ],
+)
+def test_transformers_and_monai_cases_pass_end_to_end_with_every_plain_export(name: str, shape, tmp_path) -> None:
+    pytest.importorskip({"hf": "transformers", "monai": "monai"}[name.split("/")[0]])
+    case = zoo.check(name, shape, str(tmp_path), zoo.EXPORTERS)
+    assert case.status == "pass", case.reason
+    assert sum(case.pool_calls.values()) == case.pools >= 1 and case.pool_calls_converted == {} == case.pool_calls_converted_export
+    assert case.converted_torchscript == "ok" and case.converted_dynamo.startswith("ok") and case.converted_torch_export == "ok"
+    assert case.fxpool_torchscript == case.fxpool_dynamo == ""  # the plain exports of the converted model suffice
+    assert case.convert_forwards is not None
+
+
 def test_a_case_over_tolerance_fails_under_python_optimize(tmp_path) -> None:
     # The verdicts are exceptions, not asserts: `python -O` strips asserts and must not turn a fail into a pass.
     script = f"""
