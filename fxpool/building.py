@@ -60,12 +60,15 @@ def build(root: nn.Module, found: FoundPools, decisions: Sequence[SiteDecision],
 
     for traced in found.traced:
         _rewrite_graphs(traced, decisions, made)
-    for chosen in decisions:
-        site = chosen.site
-        if site.module is not None and site.location in made:
-            root = _swap(root, site.module, made[site.location])
-    for old, new in _fully_replaced(decisions, made):
-        root = _swap(root, old, new)
+    swaps = {
+        site.module: made[site.location]
+        for site in (d.site for d in decisions)
+        if site.module is not None and site.location in made
+    }
+    swaps.update(_fully_replaced(decisions, made))
+    if root in swaps:  # the model is a pool itself
+        return Built(swaps[root], True)
+    substitute(root, swaps)
     return Built(root, True)
 
 
@@ -106,7 +109,7 @@ def _rewrite_graphs(traced: TracedModule, decisions: Sequence[SiteDecision], mad
     install_graph(traced.module, traced.graph, traced.export_graph)
 
 
-def _fully_replaced(decisions: Sequence[SiteDecision], made: dict[str, nn.Module]) -> list[tuple[nn.Module, nn.Module]]:
+def _fully_replaced(decisions: Sequence[SiteDecision], made: dict[str, nn.Module]) -> dict[nn.Module, nn.Module]:
     """Pool modules every site of which got one and the same replacement: (pool, replacement)."""
     pools: dict[int, nn.Module] = {}
     replacements: dict[int, list[nn.Module | None]] = {}
@@ -115,11 +118,4 @@ def _fully_replaced(decisions: Sequence[SiteDecision], made: dict[str, nn.Module
         if pool is not None:
             pools[id(pool)] = pool
             replacements.setdefault(id(pool), []).append(made.get(chosen.site.location))
-    return [(pools[key], got[0]) for key, got in replacements.items() if got[0] is not None and all(new is got[0] for new in got)]
-
-
-def _swap(root: nn.Module, old: nn.Module, new: nn.Module) -> nn.Module:
-    if root is old:
-        return new
-    substitute(root, old, new)
-    return root
+    return {pools[key]: got[0] for key, got in replacements.items() if got[0] is not None and all(new is got[0] for new in got)}

@@ -1,7 +1,7 @@
 """The self-check: the converted model run once on the example, against what the original computed.
 
-:func:`self_check` runs a converted model on the example input under the recording's rules (a
-copy with cloned buffers, ``torch.no_grad()``, the RNG forked from the same state, the caller's
+:func:`self_check` runs a converted model on the example input under the recording's rules (its
+buffers cloned for the run, ``torch.no_grad()``, the RNG forked from the same state, the caller's
 training flags), and compares
 
 - every replacement's output with the native adaptive pool applied to the replacement's own input
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils._pytree import tree_flatten
 
-from .copying import structural_copy, tree_modules
+from .copying import tree_modules
 from .errors import error_summary
 from .example import Example, example_run
 from .globalstate import export_flag
@@ -134,10 +134,12 @@ def self_check(converted: nn.Module, example: Example, reference: Any, export_re
 
 
 def _check_run(converted: nn.Module, example: Example, reference: Any, export: bool) -> SelfCheck:
-    probe = structural_copy(converted, clone_buffers=True)
+    probe = converted
     checks: list[ReplacementCheck] = []
+    modules = tree_modules(probe)
     with ExitStack() as stack:
-        for module in tree_modules(probe):
+        stack.enter_context(buffers_cloned(modules))
+        for module in modules:
             if hasattr(module, "fxpool_native_reference"):
                 stack.enter_context(module.register_forward_hook(_replacement_hook(checks), prepend=True))
         # A GraphModule that raises prints its generated code to stderr before re-raising; the
@@ -159,6 +161,29 @@ def _check_run(converted: nn.Module, example: Example, reference: Any, export: b
     return SelfCheck(
         status, "the converted model on the example input against the original's output", error, bound, tuple(checks), mismatch
     )
+
+
+@contextlib.contextmanager
+def buffers_cloned(modules: list[nn.Module]) -> Iterator[None]:
+    """Each module's buffers replaced by clones while inside, the originals put back afterwards.
+
+    ``modules`` are fxpool's own (a conversion's copy, never the caller's objects) but share their
+    buffer tensors with the caller's model: a run in train mode would write batch-norm statistics
+    into them. The dicts are changed in place, so a graph that shares a module's dict sees the clones.
+    """
+    saved: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+    for module in modules:
+        buffers = module._buffers
+        if buffers and id(buffers) not in saved:
+            saved[id(buffers)] = (buffers, dict(buffers))
+            for name, tensor in buffers.items():
+                if tensor is not None:
+                    buffers[name] = tensor.detach().clone()
+    try:
+        yield
+    finally:
+        for buffers, originals in saved.values():
+            buffers.update(originals)
 
 
 def _replacement_hook(checks: list[ReplacementCheck]):

@@ -35,7 +35,6 @@ from .errors import SelfCheckError, UnconvertedPoolError, UnsupportedModelError
 from .example import Example, read_example
 from .finding import FoundPools, find_pools
 from .globalstate import LOCK
-from .graph_pass import unpassed_none_defaults
 from .recording import Recording, record_pool_calls
 from .report import REPORT_ATTRIBUTE, ConversionReport
 
@@ -138,9 +137,9 @@ def _convert(model: nn.Module, example: Example, dynamic: bool) -> tuple[nn.Modu
         )
     if not isinstance(model, nn.Module):
         raise TypeError(f"fxpool.convert needs an nn.Module, got {type(model).__name__}")
-    with LOCK:  # the example runs fork the global RNGs and torch.fx patches nn.Module while it traces
+    # The example runs fork the global RNGs and torch.fx patches nn.Module while it traces: one lock.
+    with LOCK:
         recording = record_pool_calls(model, example)
-        root_unpassed = unpassed_none_defaults(model, example.args, example.kwargs)
         fallback_device = _fallback_device(model)
         undo = _Undo()
         first: _Round | None = None
@@ -148,7 +147,7 @@ def _convert(model: nn.Module, example: Example, dynamic: bool) -> tuple[nn.Modu
         for _ in range(MAX_CHECK_ROUNDS):
             applied = tuple(undo.actions)
             copy = structural_copy(model)
-            found = find_pools(copy, recording, refused_traces=undo.traces, root_unpassed=root_unpassed)
+            found = find_pools(copy, recording, refused_traces=undo.traces)
             decisions = tuple(decide(site, dynamic=dynamic, undone=undo.replacements.get(site.location)) for site in found.sites)
             built = build(copy, found, decisions, fallback_device)
             check = _check(built.root, example, recording) if built.changed else _unchanged_check()

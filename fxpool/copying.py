@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -141,13 +141,21 @@ def _map_modules(value: Any, fn: Callable[[nn.Module], nn.Module], depth: int) -
 def held_modules(module: nn.Module) -> list[tuple[str, nn.Module]]:
     """The modules ``module`` holds in plain attributes rather than registered, each with its name there.
 
-    Names read as Python would reach them: ``head``, ``blocks[0]``, ``branches['low']``.
+    Names read as Python would reach them: ``head``, ``blocks[0]``, ``branches['low']``. torch.nn's own
+    classes register every module they hold, so their attributes are not searched.
     """
     found: list[tuple[str, nn.Module]] = []
+    if _registers_all(type(module)):  # type: ignore[arg-type]  # nn.Module's __hash__ typing
+        return found
     for name, value in module.__dict__.items():
         if name not in _MACHINERY and _may_hold_modules(value):
             _collect_modules(value, name, 0, found)
     return found
+
+
+@functools.cache
+def _registers_all(cls: type) -> bool:
+    return cls.__module__.startswith("torch.nn.modules.")
 
 
 def _collect_modules(value: Any, path: str, depth: int, found: list[tuple[str, nn.Module]]) -> None:
@@ -170,10 +178,13 @@ def children(module: nn.Module) -> list[tuple[str, nn.Module]]:
     return registered + [(name, held) for name, held in held_modules(module) if id(held) not in seen]
 
 
-def substitute(root: nn.Module, old: nn.Module, new: nn.Module) -> int:
-    """Make every module of ``root``'s tree that holds ``old`` hold ``new`` instead; returns how many
-    references changed. Registered children, plain attributes and the graphs modules run are all
-    searched; ``root`` itself is the caller's to replace."""
+def substitute(root: nn.Module, swaps: Mapping[nn.Module, nn.Module]) -> int:
+    """Make every module of ``root``'s tree that holds a key of ``swaps`` hold its value instead; returns
+    how many references changed. Registered children, plain attributes and the graphs modules run are
+    all searched, in one walk; ``root`` itself is the caller's to replace."""
+    by_id = {id(old): new for old, new in swaps.items()}
+    if not by_id:
+        return 0
     changed = 0
     seen: set[int] = set()
     pending = [root]
@@ -183,26 +194,26 @@ def substitute(root: nn.Module, old: nn.Module, new: nn.Module) -> int:
             continue
         seen.add(id(module))
         for name, child in module._modules.items():
-            if child is old:
-                module._modules[name] = new
+            if child is not None and id(child) in by_id:
+                module._modules[name] = by_id[id(child)]
                 changed += 1
         for name, value in list(module.__dict__.items()):
-            if name in _MACHINERY or not _may_hold_modules(value) or not _holds(value, old, 0):
+            if name in _MACHINERY or not _may_hold_modules(value) or not _holds(value, by_id, 0):
                 continue
-            module.__dict__[name] = _map_modules(value, lambda held: new if held is old else held, 0)
+            module.__dict__[name] = _map_modules(value, lambda held: by_id.get(id(held), held), 0)
             changed += 1
         pending += [child for _, child in children(module)]
         pending += [g for g in _installed_graphs(module) or () if g is not None]
     return changed
 
 
-def _holds(value: Any, target: nn.Module, depth: int) -> bool:
-    if value is target:
-        return True
+def _holds(value: Any, targets: Mapping[int, nn.Module], depth: int) -> bool:
+    if isinstance(value, nn.Module):
+        return id(value) in targets
     if depth >= _MAX_NESTING or not isinstance(value, (list, tuple, dict)) or len(value) > _MAX_CONTAINER:
         return False
     items = value.values() if isinstance(value, dict) else value
-    return any(_holds(item, target, depth + 1) for item in items)
+    return any(_holds(item, targets, depth + 1) for item in items)
 
 
 def install_graph(module: nn.Module, gm: fx.GraphModule, export_gm: fx.GraphModule | None = None) -> None:
@@ -276,33 +287,34 @@ def export_graph_of(module: nn.Module) -> fx.GraphModule | None:
     return None if graphs is None else graphs[1]
 
 
-def tree_modules(root: nn.Module) -> list[nn.Module]:
-    """Every module of ``root``'s tree once, ``root`` first: ``root.modules()`` and those held in plain attributes."""
-    found: dict[int, nn.Module] = {}
-    pending = [root]
-    while pending:
-        module = pending.pop()
-        if id(module) not in found:
-            found[id(module)] = module
-            pending += reversed([child for _, child in children(module)])
-    return list(found.values())
+def tree_index(root: nn.Module) -> tuple[list[nn.Module], dict[int, list[str]]]:
+    """Every module of ``root``'s tree once, ``root`` first, and every qualified name of each, by id.
 
-
-def module_paths(root: nn.Module) -> dict[int, list[str]]:
-    """Every qualified name of every module below ``root``, by module id (a shared module has several).
-
-    Modules held in plain attributes are named as Python reaches them (``psp.blocks[0]``).
+    A module shared by two parents has two names; modules held in plain attributes are named as
+    Python reaches them (``psp.blocks[0]``).
     """
+    modules: dict[int, nn.Module] = {}
     paths: dict[int, list[str]] = {}
 
     def walk(module: nn.Module, path: str, on_path: set[int]) -> None:
+        modules.setdefault(id(module), module)
         paths.setdefault(id(module), []).append(path)
         for name, child in children(module):
             if id(child) not in on_path:  # a module holding itself: stop
                 walk(child, f"{path}.{name}" if path else name, on_path | {id(child)})
 
     walk(root, "", {id(root)})
-    return paths
+    return list(modules.values()), paths
+
+
+def tree_modules(root: nn.Module) -> list[nn.Module]:
+    """Every module of ``root``'s tree once, ``root`` first: ``root.modules()`` and those held in plain attributes."""
+    return tree_index(root)[0]
+
+
+def module_paths(root: nn.Module) -> dict[int, list[str]]:
+    """Every qualified name of every module below ``root``, by module id (a shared module has several)."""
+    return tree_index(root)[1]
 
 
 def has_hooks(module: nn.Module) -> bool:

@@ -105,4 +105,5 @@ def _record(site: PoolSite, decision: PoolDecision) -> PoolRecord:
         family=call.family,
         kind=kind,
         export_branch=site.export_branch,
+        calls=site.call_count,
     )

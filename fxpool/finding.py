@@ -1,9 +1,13 @@
 """Find: every adaptive pool of a model copy, where it is called from, and what the recording saw of it.
 
 :func:`find_pools` walks the copy's module tree top-down, registered children and modules held in
-plain lists and attributes alike (:func:`~fxpool.copying.children`). A module with recorded pool
-calls below it is traced whole where torch.fx can; where it cannot, its children are visited
-instead and the reason is kept. Every pool becomes one :class:`PoolSite`:
+plain lists and attributes alike (:func:`~fxpool.copying.children`). A pool module is known by its
+object and needs no trace. torch.fx traces only the modules that need a graph (:func:`trace_targets`):
+those whose own forward makes a functional pool call (``F.adaptive_avg_pool2d``, an area
+``interpolate``), and those that call one pool module at several sizes (each call gets a replacement
+of its own); where such a trace fails, the reason is kept. Tracing little keeps the conversion cheap
+(a trace costs about a forward of the module) and leaves the rest of the model's code as it is.
+Every pool becomes one :class:`PoolSite`:
 
 - a pool node of a traced graph (a module call or a functional call), with the calls the
   recording saw at that node, one per run of the traced module;
@@ -30,9 +34,9 @@ from torch import fx, nn
 from .calls import POOL_CLASS_NAMES, PoolCall, describe_module, normalize_output_size
 from .copying import children, module_paths
 from .errors import PoolCallError, error_summary
-from .graph_pass import PoolNode, module_uses, pool_nodes, trace
+from .graph_pass import PoolNode, Traced, module_uses, pool_nodes, trace, unpassed_none_defaults
 from .planning import PoolFamily
-from .recording import PoolEvent, Recording
+from .recording import CallShape, PoolEvent, Recording
 
 EXPORT_SUFFIX = "@export"  # ends the location of a pool that runs only in a module's export branch
 
@@ -61,6 +65,11 @@ class PoolSite:
     left: str | None = None  # why it stays as it is, whatever planning would choose
     export_branch: bool = False  # a pool of an export graph, which only the ONNX exporters run
     twin: str | None = None  # the location of the eager site that is the same call (export graphs)
+    calls: int | None = None  # how often the example run called it here (default: one per event)
+
+    @property
+    def call_count(self) -> int:
+        return len(self.events) if self.calls is None else self.calls
 
 
 @dataclass(frozen=True)
@@ -76,16 +85,15 @@ class FoundPools:
         return tuple(t.name for t in self.traced)
 
 
-def find_pools(
-    root: nn.Module, recording: Recording, *, refused_traces: Mapping[str, str] | None = None, root_unpassed: tuple[str, ...] = ()
-) -> FoundPools:
+def find_pools(root: nn.Module, recording: Recording, *, refused_traces: Mapping[str, str] | None = None) -> FoundPools:
     """Every pool site of ``root`` (a copy the caller owns), matched with ``recording``'s calls.
 
     ``refused_traces`` maps module names to why a whole-graph trace of them must not be used (an
-    earlier self-check disagreed): those are visited below instead. ``root_unpassed`` are the
-    root's ``None``-default parameters the example leaves out (see :func:`~fxpool.graph_pass.trace`).
+    earlier self-check disagreed): those are visited below instead. A module is traced for the way
+    the recording saw it called: ``None``-default parameters it was never given are traced as None,
+    and guarded (see :func:`~fxpool.graph_pass.trace`).
     """
-    finder = _Finder(root, recording, dict(refused_traces or {}), root_unpassed)
+    finder = _Finder(root, recording, dict(refused_traces or {}))
     finder.visit(root, "")
     return finder.found()
 
@@ -95,17 +103,18 @@ class _Finder:
     root: nn.Module
     recording: Recording
     refused: dict[str, str]
-    root_unpassed: tuple[str, ...]
     # In walk order; a pool module reached outside traced graphs is a (name, module) until every
     # traced graph is known, since its calls are those no traced graph covers.
     sites: list[PoolSite | tuple[str, nn.Module]] = field(default_factory=list)
     traced: list[TracedModule] = field(default_factory=list)
     untraceable: list[tuple[str, str]] = field(default_factory=list)
     visited: set[int] = field(default_factory=set)
+    covered: set[str] = field(default_factory=set)  # names of pool modules a traced graph calls (node sites)
 
     def __post_init__(self) -> None:
         self.paths = module_paths(self.root)
         self.export = self.recording.export_branch
+        self.targets = trace_targets(self.recording, self.paths)
 
     def found(self) -> FoundPools:
         sites = tuple(site if isinstance(site, PoolSite) else self._module_site(*site) for site in self.sites)
@@ -131,49 +140,63 @@ class _Finder:
         if name in self.refused:
             self._descend(module, name, self.refused[name])
             return
-        try:
-            traced = trace(
-                module,
-                self.root_unpassed if not name else None,
-                output_spec=self.recording.output_specs.get(name),
-                export_branches=self.export is not None,
-            )
-        except Exception as error:  # torch.fx's trace errors have no common base class
-            why = error_summary(error)
-            if self.recording.export_branch_error and "is_in_onnx_export" in why:
-                why += f"; its export branch could not be recorded ({self.recording.export_branch_error})"
-            self._descend(module, name, why)
+        if name not in self.targets:  # nothing in its own forward needs a graph: its pools are found below
+            self._descend(module, name, None)
             return
-        self._graph(module, name, traced.graph_module, traced.export_graph_module, traced.opaque_leaves)
+        unpassed = _unpassed_in_every_call(module, self.recording.call_shapes.get(name, set()))
+        options = {"output_spec": self.recording.output_specs.get(name), "export_branches": self.export is not None}
+        try:  # its own forward alone, submodules as single calls: cheap, and leaves them as they are
+            traced = trace(module, unpassed, shallow=True, **options)  # type: ignore[arg-type]
+        except Exception:  # torch.fx's trace errors have no common base class
+            try:  # code that needs a submodule's output as values (tuple unpacking, say): trace into them
+                traced = trace(module, unpassed, **options)  # type: ignore[arg-type]
+            except Exception as error:
+                why = error_summary(error)
+                if self.recording.export_branch_error and "is_in_onnx_export" in why:
+                    why += f"; its export branch could not be recorded ({self.recording.export_branch_error})"
+                self._descend(module, name, why)
+                return
+        self._graph(module, name, traced)
 
-    def _graph(
-        self, module: nn.Module, name: str, gm: fx.GraphModule, export_gm: fx.GraphModule | None, opaque: tuple[str, ...]
-    ) -> None:
-        eager_runs = self._runs(self.recording, name, opaque)
+    def _graph(self, module: nn.Module, name: str, traced: Traced) -> None:
+        gm, export_gm = traced.graph_module, traced.export_graph_module
+        eager_runs = self._runs(self.recording, name, traced)
         nodes = pool_nodes(gm)
         mismatch = _mismatch(nodes, eager_runs)
         export_nodes: list[PoolNode] = []
         if mismatch is None and export_gm is not None:
             assert self.export is not None  # export graphs are traced only where the export run was recorded
             export_nodes = pool_nodes(export_gm)
-            mismatch = _mismatch(export_nodes, self._runs(self.export, name, opaque), branch="export branch")
+            mismatch = _mismatch(export_nodes, self._runs(self.export, name, traced), branch="export branch")
         if mismatch is not None:
             self._descend(module, name, mismatch)
             return
-        traced = TracedModule(name, module, gm, export_gm)
-        self.traced.append(traced)
-        eager_sites = self._node_sites(traced, gm, nodes, eager_runs, "")
+        part = TracedModule(name, module, gm, export_gm)
+        self.traced.append(part)
+        eager_sites = self._node_sites(part, gm, nodes, eager_runs, "")
         self.sites.extend(eager_sites)
         if export_gm is not None:
             assert self.export is not None
-            export_sites = self._node_sites(traced, export_gm, export_nodes, self._runs(self.export, name, opaque), EXPORT_SUFFIX)
+            export_sites = self._node_sites(part, export_gm, export_nodes, self._runs(self.export, name, traced), EXPORT_SUFFIX)
             self.sites.extend(_with_twin(site, eager_sites) for site in export_sites)
-        for leaf in opaque:  # hooked, scripted and flag-reading leaves: their calls stay; visited on their own
+        for graph_nodes in (nodes, export_nodes):
+            self.covered |= {_join(name, str(pool.node.target)) for pool in graph_nodes if pool.node.op == "call_module"}
+        if traced.shallow:  # every submodule was one call: visit them all, but the pools the graph calls
+            for child_name, child in children(module):
+                if _join(name, child_name) not in self.covered:
+                    self.visit(child, _join(name, child_name))
+            return
+        for leaf in traced.opaque_leaves:  # hooked, scripted and flag-reading leaves: their calls stay
             self.visit(module.get_submodule(leaf), _join(name, leaf))
 
-    def _runs(self, recording: Recording, name: str, opaque: tuple[str, ...]) -> list[list[PoolEvent]]:
-        inside_opaque = {id(e) for leaf in opaque for e in recording.within(_join(name, leaf))}
-        return _runs_of(name, [e for e in recording.within(name) if id(e) not in inside_opaque])
+    def _runs(self, recording: Recording, name: str, traced: Traced) -> list[list[PoolEvent]]:
+        """The calls the graph of ``name`` makes, per run: those of its own forward, for a shallow graph;
+        else all within it but those inside the leaves it did not look into."""
+        within = recording.within(name)
+        if traced.shallow:
+            return _runs_of(name, [e for e in within if _caller(e) == name])
+        inside_opaque = {id(e) for leaf in traced.opaque_leaves for e in recording.within(_join(name, leaf))}
+        return _runs_of(name, [e for e in within if id(e) not in inside_opaque])
 
     def _node_sites(
         self, traced: TracedModule, gm: fx.GraphModule, nodes: list[PoolNode], runs: list[list[PoolEvent]], suffix: str
@@ -212,8 +235,8 @@ class _Finder:
         direct = [e for e in self.recording.events if e.module_name is None and e.innermost == name]
         for k, event in enumerate(direct):
             reason = (
-                f"functional call inside the forward of {name or 'the model'}, which torch.fx cannot trace ({why}); "
-                f"move the call into a submodule, or make that forward traceable"
+                f"functional call inside the forward of {name or 'the model'}, which has no usable torch.fx graph ({why}); "
+                f"call an nn.Adaptive*Pool module instead (modules are swapped without a trace), or make that forward traceable"
             )
             self.sites.append(PoolSite(f"{name or '<root>'}:{event.call.op}#{k}", event.call, (event,), left=reason))
         if self.export is None:
@@ -223,22 +246,23 @@ class _Finder:
         for k, event in enumerate(export_only):
             reason = (
                 f"functional call in the export branch (torch.onnx.is_in_onnx_export()) of {name or 'the model'}, "
-                f"which torch.fx cannot trace ({why}); move the call into a submodule, or make that forward traceable"
+                f"which has no usable torch.fx graph ({why}); call an nn.Adaptive*Pool module instead, or make that "
+                f"forward traceable"
             )
             location = f"{name or '<root>'}:{event.call.op}#{k}{EXPORT_SUFFIX}"
             self.sites.append(PoolSite(location, event.call, (event,), left=reason, export_branch=True))
 
     def _module_site(self, name: str, module: nn.Module) -> PoolSite:
-        """A pool module reached outside traced graphs: its calls under every name not inside one."""
-        traced = [t.name for t in self.traced]
-        aliases = {p for p in self.paths.get(id(module), [name]) if not _under(p, traced)} | {name}
+        """A pool module reached outside traced graphs: its calls under every name no graph calls it by."""
+        aliases = {p for p in self.paths.get(id(module), [name]) if p not in self.covered} | {name}
         events = [e for e in self.recording.events if e.module_name in aliases]
+        calls = len(events)
         if self.export is not None:  # calls that only its export branch makes are calls of it too
             seen = {_call_key(e) for e in events}
             events += [e for e in self.export.events if e.module_name in aliases and _call_key(e) not in seen]
         call = describe_module(module)
         assert call is not None
-        return PoolSite(name or "<root>", call, tuple(events), module=module, hooks_from=module)
+        return PoolSite(name or "<root>", call, tuple(events), module=module, hooks_from=module, calls=calls)
 
     def _scripted(self, module: torch.jit.ScriptModule, name: str) -> None:
         for sub_name, sub in module.named_modules():
@@ -257,6 +281,42 @@ class _Finder:
             )
             call = PoolCall(family, dims, f"nn.{class_name}", "module", output_size)
             self.sites.append(PoolSite(_join(name, sub_name) or "<root>", call, (), left=reason))
+
+
+_GIVEN = object()  # stands for an argument that was passed and is not None
+
+
+def _unpassed_in_every_call(module: nn.Module, shapes: set[CallShape]) -> tuple[str, ...] | None:
+    """The ``None``-default parameters every recorded call of ``module`` left out or passed as None
+    (None where the calls disagree, so no parameter may be fixed)."""
+    found = set()
+    for positional, keywords in shapes:
+        args = tuple(None if is_none else _GIVEN for is_none in positional)
+        found.add(unpassed_none_defaults(module, args, {k: None if is_none else _GIVEN for k, is_none in keywords}))
+    return found.pop() if len(found) == 1 else None
+
+
+def trace_targets(recording: Recording, paths: Mapping[int, list[str]]) -> set[str]:
+    """The modules that need a torch.fx graph: the callers of functional pool calls, and of pool modules
+    called at more than one size (in either branch of code asking ``torch.onnx.is_in_onnx_export()``)."""
+    owner = {path: key for key, names in paths.items() for path in names}  # a module shared by two parents: one key
+    targets: set[str] = set()
+    sizes: dict[int, set[tuple[tuple[int, ...], tuple[int, ...]]]] = {}
+    callers: dict[int, set[str]] = {}
+    for run in (recording, recording.export_branch):
+        for event in run.events if run is not None else ():
+            if event.module_name is None:
+                targets.add(_caller(event))
+                continue
+            key = owner.get(event.module_name, hash(event.module_name))
+            dims = event.spatial_dims
+            sizes.setdefault(key, set()).add((event.input_shape[-dims:], event.output_shape[-dims:]))
+            if len(event.scope) > 1:
+                callers.setdefault(key, set()).add(_caller(event))
+    for key, seen in sizes.items():
+        if len(seen) > 1:
+            targets |= callers.get(key, set())
+    return targets
 
 
 def _with_twin(site: PoolSite, eager_sites: list[PoolSite]) -> PoolSite:
@@ -282,8 +342,12 @@ def _call_key(event: PoolEvent) -> tuple[object, ...]:
     return (event.call.op, event.module_name, event.source, tuple(n for n, _ in event.scope), event.input_shape, event.output_shape)
 
 
-def _under(path: str, traced: list[str]) -> bool:
-    return any(t == "" or path == t or path.startswith(t + ".") for t in traced)
+def _caller(event: PoolEvent) -> str:
+    """The module whose own forward made the call: the innermost running module, or for a pool module
+    (innermost itself), the one that called it."""
+    if event.module_name is None:
+        return event.innermost
+    return event.scope[-2][0] if len(event.scope) > 1 else ""
 
 
 def _runs_of(name: str, events: list[PoolEvent]) -> list[list[PoolEvent]]:

@@ -42,17 +42,20 @@ from .globalstate import LOCK, ExportBranchError, export_flag
 class PoolLeafTracer(fx.Tracer):
     """An fx tracer that keeps pools, hooked, scripted and mode-dependent modules as single nodes.
 
-    ``opaque_leaves`` collects the qualified names of the hooked, scripted and mode-dependent
-    leaves (see :func:`reads_training_flag` and :func:`asks_export_flag`): the pools inside them
-    are not in the graph, and the caller converts them separately.
+    ``shallow``: every submodule is a single node, so only the traced module's own forward is in
+    the graph. Otherwise submodules are traced into, but for the leaves above; ``opaque_leaves``
+    collects the qualified names of the hooked, scripted and mode-dependent ones (see
+    :func:`reads_training_flag` and :func:`asks_export_flag`): the pools inside them are not in the
+    graph, and the caller converts them separately.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, shallow: bool = False) -> None:
         super().__init__()
+        self.shallow = shallow
         self.opaque_leaves: list[str] = []
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        if describe_module(m) is not None or _is_fxpool_module(m):
+        if self.shallow or describe_module(m) is not None or _is_fxpool_module(m):
             return True
         opaque = has_hooks(m) or isinstance(m, torch.jit.ScriptModule) or reads_training_flag(m) or asks_export_flag(m)
         if opaque:
@@ -118,6 +121,7 @@ class Traced:
     graph_module: fx.GraphModule
     opaque_leaves: tuple[str, ...]
     export_graph_module: fx.GraphModule | None = None
+    shallow: bool = False  # every submodule is one node: the graph is the module's own forward
 
 
 def trace(
@@ -126,6 +130,7 @@ def trace(
     *,
     output_spec: TreeSpec | None = None,
     export_branches: bool = False,
+    shallow: bool = False,
 ) -> Traced:
     """Symbolically trace ``module``; raises whatever torch.fx raises for untraceable code.
 
@@ -148,19 +153,24 @@ def trace(
         )
     if export_graph_of(module) is not None:
         raise ExportBranchError("converted before with an export branch of its own; converted below instead")
-    eager, reads = _trace_once(module, root, unpassed, output_spec, False if export_branches else None)
+    eager, reads = _trace_once(module, root, unpassed, output_spec, False if export_branches else None, shallow)
     if not reads:
         return eager
-    export, _ = _trace_once(module, root, unpassed, output_spec, True)
+    export, _ = _trace_once(module, root, unpassed, output_spec, True, shallow)
     if export.graph_module.code == eager.graph_module.code:
         return eager  # it asks, but both answers take the same path
-    return Traced(eager.graph_module, eager.opaque_leaves, export.graph_module)
+    return Traced(eager.graph_module, eager.opaque_leaves, export.graph_module, shallow)
 
 
 def _trace_once(
-    module: nn.Module, root: nn.Module, unpassed: tuple[str, ...] | None, output_spec: TreeSpec | None, answer: bool | None
+    module: nn.Module,
+    root: nn.Module,
+    unpassed: tuple[str, ...] | None,
+    output_spec: TreeSpec | None,
+    answer: bool | None,
+    shallow: bool,
 ) -> tuple[Traced, int]:
-    tracer = PoolLeafTracer()
+    tracer = PoolLeafTracer(shallow)
     with LOCK, export_flag(answer) as reads:
         graph = tracer.trace(root, concrete_args={name: None for name in unpassed or ()} or None)
     name = module.__class__.__name__ if isinstance(module, nn.Module) else module.__name__
@@ -168,7 +178,7 @@ def _trace_once(
         _guard_optional_arguments(graph, root, set(unpassed), name)
     if output_spec is not None:
         _restore_output_structure(graph, output_spec)
-    return Traced(fx.GraphModule(tracer.root, graph, name), tuple(tracer.opaque_leaves)), reads.count
+    return Traced(fx.GraphModule(tracer.root, graph, name), tuple(tracer.opaque_leaves), shallow=shallow), reads.count
 
 
 def _restore_output_structure(graph: fx.Graph, spec: TreeSpec) -> None:

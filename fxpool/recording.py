@@ -28,8 +28,8 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_map
 
-from .calls import PoolCall, describe_function, describe_module
-from .copying import module_paths, structural_copy, tree_modules
+from .calls import PoolCall, describe_function, describe_module, is_pool_function
+from .copying import structural_copy, tree_index
 from .errors import ExampleInputError, FxpoolError, PoolCallError, error_summary
 from .example import Example, example_run
 from .globalstate import export_flag
@@ -38,6 +38,7 @@ _TORCH_DIR = os.path.dirname(torch.__file__)
 _FXPOOL_DIR = os.path.dirname(__file__)
 
 Scope = tuple[tuple[str, int], ...]
+CallShape = tuple[tuple[bool, ...], frozenset[tuple[str, bool]]]  # (positional is None, (keyword, is None))
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,9 @@ class Recording:
     export_branch: Recording | None = None
     export_branch_error: str | None = None  # why that run could not be made (its error)
     asks_export_flag: bool = False  # the model asked torch.onnx.is_in_onnx_export() in this run
+    # How each module was called: per call, which positional arguments were None and which keyword
+    # arguments were passed (None or not), so a module traced on its own is traced for its calls.
+    call_shapes: dict[str, set[CallShape]] = field(default_factory=dict)
 
     def within(self, name: str) -> list[PoolEvent]:
         """Events made by the module ``name`` or by modules below it (every event for the root ``""``).
@@ -87,8 +91,23 @@ class Recording:
         """
         if not name:
             return list(self.events)
-        prefix = name + "."
-        return [e for e in self.events if any(n == name or n.startswith(prefix) for n, _ in e.scope)]
+        return list(self._below().get(name, ()))
+
+    def _below(self) -> dict[str, list[PoolEvent]]:
+        """Each qualified name (and each of its dotted prefixes) with the events below it, built once."""
+        index = self.__dict__.get("_below_index")
+        if index is None or index[0] != len(self.events):
+            below: dict[str, list[PoolEvent]] = {}
+            for event in self.events:
+                names: set[str] = set()
+                for scope_name, _ in event.scope:
+                    parts = scope_name.split(".")
+                    names.update(".".join(parts[: k + 1]) for k in range(len(parts)))
+                for found in names:
+                    below.setdefault(found, []).append(event)
+            index = (len(self.events), below)
+            self.__dict__["_below_index"] = index
+        return index[1]
 
 
 def record_pool_calls(model: nn.Module, example: Example) -> Recording:
@@ -113,8 +132,7 @@ def _record(model: nn.Module, example: Example, export: bool) -> Recording:
     recording = Recording()
     stack: list[tuple[str, int]] = []
     in_pool_module: list[bool] = []  # parallel to stack: is that module an adaptive pool?
-    names = module_paths(probe)
-    modules = tree_modules(probe)
+    modules, names = tree_index(probe)
     pool_modules: dict[int, PoolCall | None] = {}
     for module in modules:
         try:
@@ -122,8 +140,10 @@ def _record(model: nn.Module, example: Example, export: bool) -> Recording:
         except PoolCallError as error:
             raise PoolCallError(f"{names[id(module)][0] or '<root>'}: {error}") from None
 
-    def pre_hook(module: nn.Module, inputs: tuple[Any, ...]) -> None:
+    def pre_hook(module: nn.Module, inputs: tuple[Any, ...], keywords: dict[str, Any]) -> None:
         name = _path_in_context(names.get(id(module), ["?"]), stack[-1][0] if stack else None)
+        shape = (tuple(a is None for a in inputs), frozenset((k, v is None) for k, v in keywords.items()))
+        recording.call_shapes.setdefault(name, set()).add(shape)
         count = recording.invocations.get(name, 0)
         recording.invocations[name] = count + 1
         stack.append((name, count))
@@ -144,6 +164,8 @@ def _record(model: nn.Module, example: Example, export: bool) -> Recording:
     class PoolCallRecorder(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
+            if not is_pool_function(func):  # every other op of the model: as fast as the mode allows
+                return func(*args, **kwargs)
             inside_pool_module = bool(in_pool_module) and in_pool_module[-1]
             try:
                 described = None if inside_pool_module else describe_function(func, args, kwargs)
@@ -162,7 +184,7 @@ def _record(model: nn.Module, example: Example, export: bool) -> Recording:
         for module in modules:
             if id(module) in scripted:
                 continue
-            cleanup.enter_context(module.register_forward_pre_hook(pre_hook))
+            cleanup.enter_context(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
             cleanup.enter_context(module.register_forward_hook(post_hook, always_call=True))
         cleanup.enter_context(example_run(example))
         flag = cleanup.enter_context(export_flag(export))

@@ -37,6 +37,7 @@ class PoolRecord:
     family: str = ""  # "avg" or "max" ("" where the pool was never seen)
     kind: str = ""  # what report.counts() counts: the first op of the replacement (PoolPlan.kind), or "dynamic"
     export_branch: bool = False  # a pool only the export branch runs (code asking torch.onnx.is_in_onnx_export())
+    calls: int = 1  # how often the example run called this pool (a module called from two places: 2)
 
     @property
     def exports_exactly(self) -> bool:
@@ -108,7 +109,12 @@ class ConversionReport:
         return "\n".join(lines)
 
     def summary(self) -> str:
-        reached = "whole model traced" if "" in self.traced else (f"traced submodules: {', '.join(self.traced) or 'none'}")
+        if "" in self.traced:
+            reached = "whole model traced"
+        elif self.traced:
+            reached = f"traced where pools are called functionally: {', '.join(self.traced)}"
+        else:
+            reached = "pool modules swapped in place, nothing traced"
         translated = len(self.unconverted) - len(self.unexportable)
         at_export = f" ({translated} of them exported exactly by fxpool's translations)" if translated else ""
         if not self.records:

@@ -8,7 +8,9 @@ repeat, after a warm-up, and the median of the repeats is reported. Sections:
   onnxruntime against the dynamo exporter's graph of the original; the memory floor (input read
   once, output written once, at the copy bandwidth measured in the same run). ``--device cuda``
   times with CUDA events in ``--dtypes`` (float32, float16, bfloat16) and leaves out onnxruntime.
-- ``convert``: ``fxpool.convert`` time as a multiple of one eager forward, for models of growing size.
+- ``convert``: ``fxpool.convert`` time as a multiple of one eager forward (the two alternating), for a
+  fixed list across the five suites at their default input, and the conversion's peak memory above
+  the original's own forward (resident set size, each model in a process of its own).
 - ``kronecker``: separable matmuls against one Kronecker matmul over many sizes, the data that
   :data:`fxpool.planning.KRONECKER_MAX_ELEMENTS` is fitted to.
 - ``longaxis``: 1d average pools over lengths 10^2..10^6, averaging matrix against gathered windows
@@ -34,7 +36,6 @@ from torch import nn
 
 import fxpool
 import fxpool.replacements
-from fxpool.copying import graph_of
 from fxpool.exporting import exporter_reason
 from fxpool.planning import choose_plan, kronecker_cost
 from fxpool.replacements import averaging_matrix, kronecker_matrix, matmul_along
@@ -66,7 +67,25 @@ SHAPES: tuple[tuple[str, str, tuple[int, ...], tuple[int, ...]], ...] = (
     ("max 3d 9×10×11→4×3×7, N=2, C=64", "max", (2, 64, 9, 10, 11), (4, 3, 7)),
     ("max uniform 14→7, N=8", "max", (8, 512, 14, 14), (7, 7)),
 )
-CONVERT_MODELS = ("resnet50", "efficientnet_b7", "regnet_y_32gf")
+# Across the suites, at each model's default input (model_zoo_checks.catalog names).
+CONVERT_MODELS = (
+    "resnet50",
+    "efficientnet_b0",
+    "densenet121",
+    "regnet_y_32gf",
+    "timm/resnet18:catavgmax",
+    "timm/efficientnet_b0",
+    "timm/regnetx_002",
+    "smp/PSPNet-resnet18",
+    "smp/UPerNet-mobilenet_v2",
+    "hf/resnet",
+    "hf/efficientnet",
+    "hf/upernet:convnext",
+    "hf/mobilenet_v2",
+    "monai/SEResNet50",
+    "monai/DenseNet121",
+    "monai/EfficientNetBN-b0",
+)
 KRONECKER_SIZES = (
     (5, 3),
     (4, 9),
@@ -204,38 +223,84 @@ def pools_section(repeats: int, device: str, dtypes: Sequence[str], with_onnx: b
     return {"copy_bandwidth_GBps": bandwidth / 1e9 if bandwidth else None, "cases": rows}
 
 
-def convert_section(repeats: int = 3) -> list[dict[str, Any]]:
-    """Conversion time against one eager forward at 224x224, with the model's size."""
-    from fxpool.loading import build_torchvision
+def convert_section(repeats: int = 5, names: Sequence[str] = CONVERT_MODELS) -> list[dict[str, Any]]:
+    """Conversion time against one eager forward, alternating, and the conversion's extra peak memory."""
+    from .catalog import build, input_shapes, installed, suite_of
 
     rows = []
-    for name in CONVERT_MODELS:
+    for name in names:
+        if not installed(suite_of(name)):
+            continue
+        shape = input_shapes(name, None, with_native=False)[0]
         torch.manual_seed(0)
-        model = build_torchvision(name)
-        x = torch.randn(1, 3, 224, 224)
+        model = build(name, shape)
+        x = torch.randn(shape)
         with torch.no_grad():
             times = side_by_side(
                 {"forward": lambda m=model: m(x), "convert": lambda m=model: fxpool.convert(m, x)}, repeats, warmup=1, sample_s=0.0
             )
-        converted = fxpool.convert(model, x)
-        nodes = sum(len(graph.graph.nodes) for m in converted.modules() if (graph := graph_of(m)) is not None)
+        report = fxpool.report_of(fxpool.convert(model, x))
+        memory = _convert_memory(name)
         row = {
             "model": name,
+            "input": list(shape),
             "parameters_M": sum(p.numel() for p in model.parameters()) / 1e6,
-            "graph_nodes": nodes,
-            "pools": len(fxpool.report_of(converted).records),
+            "pools": len(report.records),
+            "traced": len(report.traced),
             "forward_s": times["forward"],
             "convert_s": times["convert"],
             "convert_over_forward": times["convert"] / times["forward"],
+            "overhead_s": times["convert"] - times["forward"],
+            **memory,
         }
         rows.append(row)
-        print(
-            f"| {name} | {row['parameters_M']:.1f} M | {nodes} | {row['pools']} | {row['forward_s']:.3f} | "
-            f"{row['convert_s']:.3f} | {row['convert_over_forward']:.2f} |",
-            flush=True,
-        )
-        del model, converted
+        print(_convert_line(row), flush=True)
+        del model
     return rows
+
+
+def _convert_line(row: dict[str, Any]) -> str:
+    memory = row.get("convert_peak_MB")
+    return (
+        f"| {row['model']} | {'x'.join(map(str, row['input'][1:]))} | {row['parameters_M']:.1f} M | {row['pools']} | "
+        f"{row['traced']} | {row['forward_s'] * 1e3:.1f} | {row['convert_s'] * 1e3:.0f} | {row['convert_over_forward']:.2f} | "
+        + ("-" if memory is None else f"{memory:.0f} of {row['forward_peak_MB']:.0f}")
+        + " |"
+    )
+
+
+def _convert_memory(name: str) -> dict[str, float | None]:
+    """Peak resident memory above the model of one forward, then of convert, in a fresh process.
+
+    Linux resets the process's high-water mark (VmHWM) when 5 is written to /proc/self/clear_refs,
+    so each peak is measured from what was resident just before it.
+    """
+    import subprocess
+    import sys
+
+    script = (
+        "import json, re, torch, fxpool\n"
+        "from model_zoo_checks.catalog import build, input_shapes\n"
+        "def status(key):\n"
+        "    return int(re.search(key + r':\\s+(\\d+) kB', open('/proc/self/status').read()).group(1)) / 1024\n"
+        "def peak_above(run):\n"
+        "    open('/proc/self/clear_refs', 'w').write('5')\n"
+        "    before = status('VmRSS'); run(); return status('VmHWM') - before\n"
+        f"name = {name!r}\n"
+        "shape = input_shapes(name, None, with_native=False)[0]\n"
+        "torch.manual_seed(0); model = build(name, shape); x = torch.randn(shape)\n"
+        "def forward():\n"
+        "    with torch.no_grad(): model(x)\n"
+        "forward()\n"  # the allocator's own first-use growth is not the forward's
+        "forward = peak_above(forward)\n"
+        "convert = peak_above(lambda: fxpool.convert(model, x))\n"
+        "print(json.dumps({'forward_peak_MB': forward, 'convert_peak_MB': convert}))\n"
+    )
+    try:
+        run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900, check=True)
+        return json.loads(run.stdout.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, ValueError, IndexError, OSError):
+        return {"forward_peak_MB": None, "convert_peak_MB": None}
 
 
 def kronecker_section(repeats: int) -> list[dict[str, Any]]:
@@ -352,6 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=["pools", "convert", "kronecker", "longaxis"],
     )
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--convert-repeats", type=int, default=5, help="alternating forward/convert pairs per model")
     add_device_options(parser, "cpu or cuda (pools section only)")
     parser.add_argument("--skip-onnx", action="store_true")
     parser.add_argument("--out", default="reports/bench.json")
@@ -366,10 +432,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["pools"] = pools_section(args.repeats, device, dtypes, not args.skip_onnx)
     if "convert" in args.sections and device == "cpu":
         print(
-            "\n| model | parameters | graph nodes | pools | forward s | convert s | convert / forward |\n"
-            "|---|---|---|---|---|---|---|"
+            "\n| model | input | parameters | pools | traced modules | forward ms | convert ms | convert / forward "
+            "| convert's extra peak MB, of the forward's |\n|---|---|---|---|---|---|---|---|---|"
         )
-        results["convert"] = convert_section()
+        results["convert"] = convert_section(args.convert_repeats)
     if "kronecker" in args.sections and device == "cpu":
         print(
             "\n| H→O (square) | Kronecker entries | fwd kron / separable | fwd+bwd kron / separable | chosen |\n"

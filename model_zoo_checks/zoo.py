@@ -88,6 +88,10 @@ class Case:
     pool_calls_converted_export: dict[str, int] = field(default_factory=dict)
     pools: int = 0
     export_branch_pools: int = 0  # records of pools only the export branch runs (in ``pools`` too)
+    # Calls the report accounts for, per record (a pool module called from two places is one record,
+    # two calls): the eager ones, and those of the pools it leaves to PyTorch.
+    reported_calls: int = 0
+    reported_calls_left: int = 0
     replacements: dict[str, int] = field(default_factory=dict)
     unconverted: int = 0
     unconverted_export_branch: int = 0  # of ``unconverted``, those only the export branch runs
@@ -123,10 +127,6 @@ class Case:
     details: list[str] = field(default_factory=list)  # full texts of the errors the notes summarise
     log: str = ""  # the case's third-party output, relative to the report folder
     seconds: float = 0.0
-
-    @property
-    def unconverted_eager(self) -> int:
-        return self.unconverted - self.unconverted_export_branch
 
     @property
     def convert_forwards(self) -> float | None:
@@ -257,6 +257,8 @@ def _check_eager(case: Case, original: _Original, dtypes: Sequence[str]) -> tupl
     case.pools, case.replacements, case.unconverted = len(report.records), report.counts(), len(report.unconverted)
     case.export_branch_pools = sum(r.export_branch for r in report.records)
     case.unconverted_export_branch = sum(r.export_branch for r in report.unconverted)
+    case.reported_calls = sum(r.calls for r in report.records if not r.export_branch)
+    case.reported_calls_left = sum(r.calls for r in report.unconverted if not r.export_branch)
     with torch.no_grad():
         case.eager_max_error = max_error(converted(x), original.expected)
     with traced_forms():  # eager runs PyTorch's kernel for general max windows; count the exported form
@@ -439,19 +441,18 @@ def _quiet_exporters():
 def _census_disagreement(case: Case) -> str:
     """Why the pools the models call and the pools the report lists disagree ("" when they agree).
 
-    The report has one record per pool call site the conversion saw; the census counts calls at
-    run time, so a pool called twice from one untraced site would count twice. None of the swept
-    models does that, so the counts must be equal; the converted model must call exactly the pools
+    The report has one record per pool (a module object, a graph node, a call left in untraceable
+    code), each with the number of calls the conversion saw of it; the census counts calls at run
+    time, so the two must be equal, and the converted model must make exactly the calls of the pools
     the report leaves to PyTorch. With torch.onnx.is_in_onnx_export() true, the converted model may
     call no pool but those left: the branch the ONNX exporters take is converted too."""
     called, left = sum(case.pool_calls.values()), sum(case.pool_calls_converted.values())
-    eager_pools = case.pools - case.export_branch_pools
-    if called != eager_pools:
-        return f"the original calls {called} adaptive pools ({case.pool_calls}) but the report lists {eager_pools}"
-    if left != case.unconverted_eager:
+    if called != case.reported_calls:
+        return f"the original calls {called} adaptive pools ({case.pool_calls}) but the report accounts for {case.reported_calls}"
+    if left != case.reported_calls_left:
         return (
             f"the converted model still calls {left} adaptive pools ({case.pool_calls_converted}) but the "
-            f"report leaves {case.unconverted_eager} to PyTorch"
+            f"report leaves {case.reported_calls_left} calls to PyTorch"
         )
     left_export = sum(case.pool_calls_converted_export.values())
     if left_export > case.unconverted:

@@ -58,6 +58,8 @@ def test_the_converted_model_calls_only_the_pools_the_report_leaves_and_the_cens
         pool_calls_converted=pool_calls(converted, x),
         pools=len(report.records),
         unconverted=len(report.unconverted),
+        reported_calls=sum(r.calls for r in report.records),
+        reported_calls_left=sum(r.calls for r in report.unconverted),
     )
     # left to PyTorch: the three calls that return argmax indices
     assert case.pool_calls_converted == {"adaptive_max_pool2d": 2, "adaptive_max_pool1d": 1}
@@ -66,7 +68,7 @@ def test_the_converted_model_calls_only_the_pools_the_report_leaves_and_the_cens
 
 
 def test_a_report_that_misses_a_pool_or_leaves_one_silently_is_caught() -> None:
-    missed = zoo.Case("m", (1, 3, 8, 8), pool_calls={"adaptive_avg_pool2d": 2}, pools=1)
+    missed = zoo.Case("m", (1, 3, 8, 8), pool_calls={"adaptive_avg_pool2d": 2}, pools=1, reported_calls=1)
     assert "the original calls 2 adaptive pools" in zoo._census_disagreement(missed)
     left = zoo.Case(
         "m",
@@ -75,5 +77,6 @@ def test_a_report_that_misses_a_pool_or_leaves_one_silently_is_caught() -> None:
         pools=1,
         pool_calls_converted={"adaptive_avg_pool2d": 1},
         unconverted=0,
+        reported_calls=1,
     )
     assert "still calls 1 adaptive pools" in zoo._census_disagreement(left)

@@ -6,6 +6,7 @@ import copy
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.onnx._internal.exporter._compat import _get_torch_export_args
 
@@ -30,7 +31,11 @@ class TakesDict(nn.Module):
 
 
 class TakesKeywords(nn.Module):
-    """An image plus an optional mask of another channel count, and a keyword-only gain."""
+    """An image plus an optional mask of another channel count, and a keyword-only gain.
+
+    Its forward pools functionally, so it is traced (a pool module alone needs no trace), and the
+    trace keeps only the branch of ``mask`` the example took.
+    """
 
     def __init__(self) -> None:
         super().__init__()
@@ -38,10 +43,23 @@ class TakesKeywords(nn.Module):
         self.pool = nn.AdaptiveAvgPool2d(7)
 
     def forward(self, image: torch.Tensor, mask: torch.Tensor | None = None, *, gain: float = 1.0) -> torch.Tensor:
-        y = self.pool(self.conv(image))
+        y = F.adaptive_avg_pool2d(self.conv(image), 7)
         if mask is not None:
             y = y * self.pool(mask)
         return y * gain
+
+
+class PoolsByModule(nn.Module):
+    """The same computation with pool modules only: nothing is traced, so both spellings of mask stay exact."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+        self.pool = nn.AdaptiveAvgPool2d(7)
+
+    def forward(self, image: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        y = self.pool(self.conv(image))
+        return y if mask is None else y * self.pool(mask)
 
 
 def image() -> torch.Tensor:
@@ -145,6 +163,14 @@ def test_an_optional_argument_the_example_left_none_is_refused_when_given(exampl
     for call in (lambda: converted(x, m), lambda: converted(x, mask=m)):
         with pytest.raises(SpecialisedArgumentError, match=r"'mask' left out.*convert with an example that passes mask"):
             call()
+
+
+def test_a_model_pooling_by_modules_only_is_not_traced_so_every_spelling_stays_exact() -> None:
+    model, x, m = PoolsByModule().eval(), image(), mask()
+    converted = fxpool.convert(model, x)
+    assert report_of(converted).traced == () and len(report_of(converted).converted) == 1
+    torch.testing.assert_close(converted(x), model(x), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(converted(x, m), model(x, m), rtol=1e-5, atol=1e-6)
 
 
 def test_an_optional_argument_the_example_gave_is_refused_when_left_out() -> None:

@@ -27,13 +27,38 @@ class Traceable(nn.Module):
         return self.pool(x) + F.adaptive_max_pool2d(x, 3)
 
 
-def test_a_traced_graph_gives_one_site_per_pool_node_with_its_calls() -> None:
+def test_only_the_caller_of_a_functional_pool_is_traced_and_each_pool_node_is_a_site() -> None:
     copy, found = _find(nn.Sequential(nn.Conv2d(3, 3, 1), Traceable()), torch.randn(2, 3, 8, 8))
-    assert found.traced_names == ("",) and not found.untraceable
+    assert found.traced_names == ("1",) and not found.untraceable
     assert [s.location for s in found.sites] == ["1.pool", "1:adaptive_max_pool2d"]
     assert all(s.node is not None and s.traced is found.traced[0] and s.left is None for s in found.sites)
     assert [s.events[0].input_shape for s in found.sites] == [(2, 3, 8, 8)] * 2
     assert found.sites[0].hooks_from is copy[1].pool and found.sites[1].hooks_from is None
+
+
+def test_pool_modules_alone_need_no_trace_and_are_sites_by_object() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 3, 1), nn.AdaptiveAvgPool2d(3), nn.Sequential(nn.AdaptiveMaxPool2d(2)))
+    copy, found = _find(model, torch.randn(2, 3, 8, 8))
+    assert found.traced == () and found.untraceable == ()
+    assert [(s.location, s.module) for s in found.sites] == [("1", copy[1]), ("2.0", copy[2][0])]
+
+
+class SharedAtTwoSizes(nn.Module):
+    """One pool module called at two sizes: its caller is traced, so each call gets its own replacement."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(3)
+        self.down = nn.AvgPool2d(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(x) + self.pool(self.down(x))
+
+
+def test_a_pool_module_called_at_two_sizes_gets_its_caller_traced() -> None:
+    _, found = _find(nn.Sequential(SharedAtTwoSizes()), torch.randn(1, 3, 16, 16))
+    assert found.traced_names == ("0",)
+    assert [(s.location, s.events[0].input_shape[-1]) for s in found.sites] == [("0.pool#0", 16), ("0.pool#1", 8)]
 
 
 class Untraceable(nn.Module):
@@ -58,12 +83,13 @@ def test_untraceable_code_gives_module_sites_by_object_and_leaves_functional_cal
     assert by_location["pools.0"].module is copy.pools[0] and by_location["loose[0]"].module is copy.loose[0]
     assert by_location["loose[0]"].events[0].output_shape == (1, 3, 2, 2)
     left = by_location["<root>:F.adaptive_avg_pool2d#0"]
-    assert left.left is not None and "torch.fx cannot trace" in left.left and "TraceError" in left.left
+    assert left.left is not None and "no usable torch.fx graph" in left.left and "TraceError" in left.left
 
 
 def test_a_refused_trace_is_visited_below_with_its_reason() -> None:
-    _, found = _find(nn.Sequential(nn.Conv2d(3, 3, 1), Traceable()), torch.randn(2, 3, 8, 8), refused_traces={"": "refused"})
-    assert ("", "refused") in found.untraceable and found.traced_names == ("1",)
+    _, found = _find(nn.Sequential(nn.Conv2d(3, 3, 1), Traceable()), torch.randn(2, 3, 8, 8), refused_traces={"1": "refused"})
+    assert ("1", "refused") in found.untraceable and found.traced_names == ()
+    assert [(s.location, s.left is None) for s in found.sites] == [("1.pool", True), ("1:F.adaptive_max_pool2d#0", False)]
 
 
 class ExportBranch(nn.Module):
@@ -81,8 +107,8 @@ class ExportBranch(nn.Module):
 
 def test_an_export_branch_gives_sites_of_its_own_and_twins_of_the_eager_calls() -> None:
     _, found = _find(nn.Sequential(nn.Conv2d(3, 3, 1), ExportBranch()), torch.randn(1, 3, 10, 10))
-    assert found.traced_names == ("", "1")  # the branching module is traced on its own, once per answer
-    traced = found.traced[1]
+    assert found.traced_names == ("1",)  # the branching module is traced on its own, once per answer
+    (traced,) = found.traced
     assert traced.export_graph is not None and traced.export_graph.code != traced.graph.code
     sites = [(s.location, s.export_branch, s.twin) for s in found.sites]
     assert sites == [

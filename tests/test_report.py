@@ -60,7 +60,8 @@ def test_table_and_summary_name_every_pool_and_why(report) -> None:
 def test_to_dict_is_json_with_every_record(report) -> None:
     data = json.loads(json.dumps(report.to_dict()))
     assert [r["kind"] for r in data["records"]] == ["kron-matmul", "mean", "AvgPool2d", ""]
-    assert data["traced"] == [""] and data["check"]["status"] == "passed"
+    assert data["traced"] == [] and data["check"]["status"] == "passed"  # pool modules only: nothing traced
+    assert [r["calls"] for r in data["records"]] == [1, 1, 1, 1]
 
 
 def test_report_of_a_module_fxpool_did_not_make_says_so() -> None:
