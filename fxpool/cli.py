@@ -40,6 +40,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sub.add_argument("--dynamic-hw", action="store_true", help="one graph exact at every spatial size")
         sub.add_argument("--strict", action="store_true", help="fail if any pool would be left to PyTorch")
         sub.add_argument("--json", action="store_true", help="print the report as JSON")
+        sub.add_argument("--device", default="cpu", help="where the model and its example run: cpu, cuda, cuda:1 (default cpu)")
+        sub.add_argument(
+            "--dtype", choices=sorted(DTYPES), default="float32", help="the model's and the example's dtype (default float32)"
+        )
     export.add_argument("-o", "--output", required=True, help="the .onnx file to write")
     export.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo")
     export.add_argument("--opset", type=int, default=None, help="ONNX opset version")
@@ -75,6 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return _run(args, model)
+    except argparse.ArgumentTypeError as error:
+        parser.error(str(error))
     except (FxpoolError, OSError) as error:  # the user's to fix: one message, no traceback
         if args.debug:
             raise
@@ -82,8 +88,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+
+def _device(text: str) -> torch.device:
+    try:
+        device = torch.device(text)
+    except RuntimeError as error:
+        raise argparse.ArgumentTypeError(f"--device: {error}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError("--device cuda: torch sees no CUDA device here (torch.cuda.is_available() is False)")
+    return device
+
+
 def _run(args: argparse.Namespace, model: nn.Module) -> int:
-    example = torch.randn(args.input_shape)
+    device, dtype = _device(args.device), DTYPES[args.dtype]
+    model = model.to(device=device, dtype=dtype)
+    example = torch.randn(args.input_shape, device=device, dtype=dtype)
     import fxpool
 
     if args.command == "inspect":
@@ -109,6 +130,7 @@ def _run(args: argparse.Namespace, model: nn.Module) -> int:
         "path": result.path,
         "ops": result.op_histogram,
         "max_abs_error": result.max_abs_error,
+        "verified": result.verified,
         "report": result.report.to_dict() if args.json else result.report.summary(),
     }
     print(
@@ -116,6 +138,7 @@ def _run(args: argparse.Namespace, model: nn.Module) -> int:
         if args.json
         else (
             f"{result.report}\nwrote {result.path}\nops: {result.op_histogram}\nonnxruntime max abs error: {result.max_abs_error}"
+            + (f" ({result.verified})" if result.verified else "")
         )
     )
     return 0

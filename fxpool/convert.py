@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from .building import build
-from .checking import SelfCheck, self_check
+from .checking import Noise, SelfCheck, rounding_noise, self_check
 from .copying import structural_copy
 from .deciding import SiteDecision, decide
 from .errors import SelfCheckError, UnconvertedPoolError, UnsupportedModelError
@@ -143,23 +143,27 @@ def _convert(model: nn.Module, example: Example, dynamic: bool) -> tuple[nn.Modu
         fallback_device = _fallback_device(model)
         undo = _Undo()
         first: _Round | None = None
-        deterministic: bool | None = None  # asked once, at the first whole-model mismatch
+        noise: Noise | None = None  # the original's own, measured once, at the first whole-model mismatch
         for _ in range(MAX_CHECK_ROUNDS):
             applied = tuple(undo.actions)
             copy = structural_copy(model)
             found = find_pools(copy, recording, refused_traces=undo.traces)
             decisions = tuple(decide(site, dynamic=dynamic, undone=undo.replacements.get(site.location)) for site in found.sites)
             built = build(copy, found, decisions, fallback_device)
-            check = _check(built.root, example, recording) if built.changed else _unchanged_check()
+            check = _check(built.root, example, recording) if built.changed else _unchanged_check(undone=bool(applied))
             result = _Round(found, decisions, built.root, check.with_actions(applied))
             first = first or result
             if result.check.status != "failed":
                 break
-            if not result.check.failed_replacements and deterministic is None:
-                deterministic = not _nondeterministic(model, example, recording)
-            if deterministic is False:
-                result = _Round(first.found, first.decisions, first.converted, _inconclusive(first.check))
-                break
+            if not result.check.failed_replacements:
+                noise = noise or rounding_noise(model, example, recording.output)
+                if not noise.deterministic:
+                    result = _Round(first.found, first.decisions, first.converted, _inconclusive(first.check))
+                    break
+                accepted = result.check.within_noise(noise)
+                if accepted is not None:  # the model's own rounding (TF32 downstream, say), not the conversion
+                    result = _Round(result.found, result.decisions, result.converted, accepted)
+                    break
             if not undo.learn(result.check, result):
                 break  # nothing left to undo: the last conversion stands, its check says failed
     report = result.report()
@@ -179,7 +183,13 @@ def _check(converted: nn.Module, example: Example, recording: Recording) -> Self
     return self_check(converted, example, recording.output, None if export is None else export.output)
 
 
-def _unchanged_check() -> SelfCheck:
+def _unchanged_check(undone: bool = False) -> SelfCheck:
+    if undone:
+        return SelfCheck(
+            "skipped",
+            "EVERY replacement was undone after the self-check failed (see undone below), so the model returned is "
+            "the original, its pools left to PyTorch",
+        )
     return SelfCheck("skipped", "nothing was replaced, so the model is the original")
 
 
@@ -193,11 +203,6 @@ def _inconclusive(check: SelfCheck) -> SelfCheck:
         (check.mismatch or "") + "; the original itself gives other outputs on a second run of the "
         "example (it is not deterministic), so the comparison cannot decide",
     )
-
-
-def _nondeterministic(model: nn.Module, example: Example, recording: Recording) -> bool:
-    """True when a second run of the unconverted model already differs from the recorded output."""
-    return self_check(structural_copy(model), example, recording.output).status == "failed"
 
 
 def _fallback_device(model: nn.Module) -> torch.device:

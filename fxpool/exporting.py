@@ -1,8 +1,8 @@
 """ONNX export of converted models: ``export``, the ``onnx_export_hook`` and graph verification.
 
 :func:`export` converts the model, runs ``torch.onnx.export`` with the caller's keyword arguments
-passed through unchanged, then (``verify=True``) checks the file with ``onnx.checker`` and runs it
-in onnxruntime on the example input against the original PyTorch model. A failed check raises
+passed through unchanged, then (``verify=True``) checks the file and runs it in onnxruntime on the
+example input against the original PyTorch model (:mod:`fxpool.verifying`). A failed check raises
 :class:`~fxpool.errors.ExportVerificationError` and renames the file to ``*.failed``.
 
 :func:`onnx_export_hook` patches ``torch.onnx.export`` so that any call from the thread that
@@ -21,7 +21,6 @@ import re
 import tempfile
 import threading
 import warnings
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -29,15 +28,15 @@ from typing import Any, BinaryIO
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_leaves
 
 from .convert import convert, enforce_strict
 from .copying import structural_copy
 from .errors import ExportFailedError, ExportVerificationError, FxpoolError
-from .example import Example, example_run, read_example
+from .example import Example, read_example
 from .globalstate import LOCK
 from .report import REPORT_ATTRIBUTE, ConversionReport, report_of
 from .symbolics import dynamo_translation_table, exporter_translations
+from .verifying import op_histogram, verify_onnx
 
 
 @dataclass(frozen=True)
@@ -49,6 +48,7 @@ class ExportResult:
     op_histogram: dict[str, int]
     max_abs_error: float | None  # onnxruntime against PyTorch on the example input; None unverified
     max_rel_error: float | None
+    verified: str = ""  # what was run where, in words ("" unverified)
 
 
 def export(
@@ -130,8 +130,10 @@ def _export_file(
     histogram = op_histogram(path)
     if not verify:
         return ExportResult(path, report_of(converted), histogram, None, None)
-    abs_error, rel_error = verify_onnx(path, reference, example, rtol=rtol, atol=atol)
-    return ExportResult(path, report_of(converted), histogram, abs_error, rel_error)
+    verification = verify_onnx(path, reference, example, rtol=rtol, atol=atol)
+    return ExportResult(
+        path, report_of(converted), histogram, verification.max_abs_error, verification.max_rel_error, verification.how
+    )
 
 
 # Loggers the exporters warn through on every successful export (e.g. "torchvision is not
@@ -188,121 +190,6 @@ def export_failure(error: BaseException, report: ConversionReport) -> str:
 def _exports_in_train_mode(model: nn.Module, kwargs: dict[str, Any]) -> bool:
     mode = kwargs.get("training", torch.onnx.TrainingMode.EVAL)
     return mode == torch.onnx.TrainingMode.TRAINING or (mode == torch.onnx.TrainingMode.PRESERVE and model.training)
-
-
-def op_histogram(path: str) -> dict[str, int]:
-    """How often each ONNX op type occurs in the graph (subgraphs and functions included)."""
-    import onnx
-
-    model = onnx.load(path, load_external_data=False)
-    counts: Counter[str] = Counter()
-
-    def walk(graph: Any) -> None:
-        for node in graph.node:
-            counts[node.op_type] += 1
-            for attribute in node.attribute:
-                if attribute.type == onnx.AttributeProto.GRAPH:
-                    walk(attribute.g)
-
-    walk(model.graph)
-    for function in model.functions:
-        for node in function.node:
-            counts[node.op_type] += 1
-    return dict(sorted(counts.items()))
-
-
-def onnxruntime_session(path: str, providers: list[str] | None = None) -> Any:
-    """An onnxruntime ``InferenceSession`` on the graph at ``path`` (CPU unless ``providers`` say otherwise)."""
-    import onnxruntime
-
-    return onnxruntime.InferenceSession(path, providers=providers or ["CPUExecutionProvider"])
-
-
-def run_onnxruntime(
-    path: str, example_input: Any, providers: list[str] | None = None, *, forward: Callable[..., Any] | None = None
-) -> list[Any]:
-    """Outputs of the ONNX graph at ``path`` on the tensors of ``example_input`` (read as ``convert`` reads it).
-
-    Graph inputs are fed by name where every one is named after a tensor argument of ``forward``
-    (both exporters' naming when no ``input_names`` are given), else in order, keyword arguments in
-    ``forward``'s parameter order.
-    """
-    example = read_example(example_input)
-    session = onnxruntime_session(path, providers)
-    names = [i.name for i in session.get_inputs()]
-    named = example.tensors_in_signature_order(forward) if forward is not None else [("", t) for t in example.tensors()]
-    if forward is not None and len(named) != len(names):
-        named = example.tensors_in_signature_order(forward, defaults_as_inputs=True)
-    by_name = dict(named)
-    # The TorchScript exporter names an input after its parameter with a suffix ("x.1") and drops
-    # inputs the graph does not use, so names are the only safe match where they are there.
-    parameters = {name: re.sub(r"\.\d+$", "", name) for name in names}
-    if len(by_name) == len(named) and set(parameters.values()) <= set(by_name):
-        feeds = {name: by_name[parameter] for name, parameter in parameters.items()}
-    else:
-        if len(names) != len(named):
-            raise ValueError(
-                f"the graph has {len(names)} inputs ({', '.join(names)}) but the example "
-                f"{example.describe()} holds {len(named)} tensors"
-            )
-        feeds = {name: tensor for name, (_, tensor) in zip(names, named)}
-    return session.run(None, {name: t.detach().cpu().numpy() for name, t in feeds.items()})
-
-
-def verify_onnx(path: str, model: nn.Module, example_input: Any, *, rtol: float = 1e-4, atol: float = 1e-5) -> tuple[float, float]:
-    """Check the file and compare onnxruntime with ``model`` on the example; returns (max abs, max rel) error.
-
-    An output passes where ``|ort - torch| <= atol * scale + rtol * |torch|`` elementwise, with
-    ``scale`` the output's largest magnitude (at least 1): deep networks with random weights reach
-    outputs in the thousands, where float32 accumulation alone leaves absolute errors near 1e-3 on
-    elements close to zero — in the stock export of the original model too.
-    """
-    import onnx
-
-    example = read_example(example_input)
-    try:
-        onnx.checker.check_model(path)
-        outputs = run_onnxruntime(path, example, forward=model.forward)
-    except Exception as error:
-        raise ExportVerificationError(_set_aside_failed_graph(path, f"the exported graph does not load or run: {error}")) from error
-    with LOCK, example_run(example):
-        expected = [t for t in tree_leaves(example.call(structural_copy(model, clone_buffers=True))) if isinstance(t, torch.Tensor)]
-    if len(expected) != len(outputs):
-        raise ExportVerificationError(
-            _set_aside_failed_graph(path, f"onnxruntime gave {len(outputs)} outputs, PyTorch {len(expected)}")
-        )
-    worst_abs = worst_rel = 0.0
-    for index, (ours, theirs) in enumerate(zip(outputs, expected)):
-        got = torch.from_numpy(ours).to(theirs.dtype)
-        if got.shape != theirs.shape:
-            raise ExportVerificationError(
-                _set_aside_failed_graph(
-                    path, f"output {index}: shape {tuple(got.shape)} from onnxruntime, {tuple(theirs.shape)} from PyTorch"
-                )
-            )
-        if not theirs.numel():
-            continue
-        diff = (got.double() - theirs.double()).abs()
-        worst_abs = max(worst_abs, diff.max().item())
-        worst_rel = max(worst_rel, (diff / theirs.double().abs().clamp_min(atol)).max().item())
-        scale = max(1.0, theirs.double().abs().max().item())
-        if not torch.allclose(got.double(), theirs.double(), rtol=rtol, atol=atol * scale):
-            raise ExportVerificationError(
-                _set_aside_failed_graph(
-                    path,
-                    f"output {index}: onnxruntime differs from PyTorch by up to {diff.max().item():.3g} "
-                    f"(rtol={rtol}, atol={atol} x output scale {scale:.3g})",
-                )
-            )
-    return worst_abs, worst_rel
-
-
-def _set_aside_failed_graph(path: str, why: str) -> str:
-    """Move a graph that failed verification to ``path.failed`` and say so in the error text ``why``."""
-    if os.path.exists(path):
-        os.replace(path, path + ".failed")
-        return f"{why}. The graph was moved to {path}.failed so it is not mistaken for a good one."
-    return why
 
 
 def refuse_dynamic_spatial_axes_for(converted: nn.Module, kwargs: dict[str, Any]) -> None:

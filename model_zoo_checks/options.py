@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from fxpool.exporting import onnxruntime_session
+from fxpool.verifying import onnxruntime_session
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 

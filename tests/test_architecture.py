@@ -33,7 +33,8 @@ ALLOWED["deciding"] = ALLOWED["finding"] | {"finding"}
 ALLOWED["building"] = ALLOWED["deciding"] | {"deciding"}
 ALLOWED["convert"] = ALLOWED["building"] | {"building"}
 ALLOWED["symbolics"] = ALLOWED["convert"] | {"convert"}
-ALLOWED["exporting"] = ALLOWED["symbolics"] | {"symbolics"}
+ALLOWED["verifying"] = ALLOWED["symbolics"]
+ALLOWED["exporting"] = ALLOWED["symbolics"] | {"symbolics", "verifying"}
 ALLOWED["cli"] = ALLOWED["__init__"] = ALLOWED["exporting"] | {"exporting", "cli", "__init__"}
 FORBIDDEN_THIRD_PARTY: dict[str, tuple[str, ...]] = {
     "windows": ("torch",),

@@ -12,7 +12,7 @@ from torch import nn
 
 import fxpool
 from fxpool import SelfCheckError, report_of
-from fxpool.checking import TOLERANCE, compare_outputs, self_check
+from fxpool.checking import NOISE_FACTOR, TOLERANCE, compare_outputs, self_check
 from fxpool.example import read_example
 
 
@@ -147,3 +147,56 @@ def test_self_check_reports_a_converted_model_that_raises() -> None:
 
     check = self_check(Raises(), read_example(torch.randn(1)), torch.randn(1))
     assert check.status == "failed" and "raised RuntimeError: broken" in (check.mismatch or "")
+
+
+class TF32Rounding(nn.Module):
+    """Rounds float32 to TF32's 10-bit mantissa, as a GPU's TF32 convolutions read their inputs."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bits = x.contiguous().view(torch.int32)
+        return ((bits + 0x1000) & -0x2000).view(torch.float32)
+
+
+def reduced_precision_model() -> nn.Module:
+    """A pool, then five convolutions that read TF32: a one-ulp change in a pooled value can flip a rounding,
+    and the layers after it spread that flip, as on a GPU with torch.backends.cudnn.allow_tf32 (its default)."""
+    torch.manual_seed(0)
+    layers: list[nn.Module] = [nn.Conv2d(3, 256, 3, padding=1), nn.AdaptiveAvgPool2d(7)]
+    for k in range(5):
+        layers += [TF32Rounding(), nn.Conv2d(256, 256, 3, padding=1)] + ([nn.ReLU()] if k < 4 else [])
+    model = nn.Sequential(*layers).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(3)
+    return model
+
+
+def test_the_check_follows_what_the_device_computes_tf32_noise_is_not_blamed_on_the_conversion() -> None:
+    model, x = reduced_precision_model(), torch.randn(4, 3, 33, 33)
+    converted = fxpool.convert(model, x, strict=True)  # strict: it passed at once, nothing undone
+    report = report_of(converted)
+    check = report.check
+    assert check is not None and check.status == "passed" and not check.actions and report.stands_alone
+    assert check.noise is not None and check.output_error is not None and check.output_tolerance is not None
+    assert check.output_error > check.output_tolerance  # beyond the float32 bound: the simulated TF32 at work
+    assert "sensitivity to rounding" in check.summary()
+    with torch.no_grad():
+        assert (converted(x) - model(x)).abs().max() <= NOISE_FACTOR * check.noise
+
+
+def test_without_the_noise_floor_tf32_noise_would_undo_every_replacement_and_says_so_loudly(monkeypatch) -> None:
+    monkeypatch.setattr("fxpool.checking.NOISE_FACTOR", 0.0)
+    model, x = reduced_precision_model(), torch.randn(4, 3, 33, 33)
+    report = report_of(fxpool.convert(model, x))
+    assert report.check is not None and "EVERY replacement was undone" in report.check.summary()
+    assert not report.stands_alone and "NOT standalone" in report.summary()
+    with pytest.raises((SelfCheckError, fxpool.UnconvertedPoolError)):
+        fxpool.convert(model, x, strict=True)
+
+
+def test_a_wrong_replacement_is_caught_even_where_the_model_is_noisy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("fxpool.replacements.averaging_matrix", wrong_matrix)  # 33->7: two matmuls
+    model, x = reduced_precision_model(), torch.randn(4, 3, 33, 33)
+    report = report_of(fxpool.convert(model, x))
+    (undone,) = report.unconverted
+    assert "differed from the native pool by" in undone.reason and report.check is not None and report.check.noise is None

@@ -10,7 +10,7 @@ import onnx
 import pytest
 
 from fxpool import cli
-from fxpool.exporting import op_histogram
+from fxpool.verifying import op_histogram
 
 EXPORT_TESTS = Path(__file__).with_name("test_export.py")  # holds IndicesHead, a model file for the CLI
 
@@ -102,3 +102,25 @@ def test_zoo_takes_its_own_options_after_the_subcommand(monkeypatch) -> None:
     monkeypatch.setattr(zoo, "main", lambda argv: seen.append(list(argv)) or 0)
     assert cli.main(["zoo", "--models", "alexnet", "--sizes", "160"]) == 0
     assert seen == [["--models", "alexnet", "--sizes", "160"]]
+
+
+def test_cli_dtype_exports_a_bfloat16_graph_verified_as_its_float32_copy(tmp_path, capsys) -> None:
+    out = tmp_path / "bf16.onnx"
+    code = cli.main(["export", "torchvision:squeezenet1_1", "--input-shape", "1,3,64,64", "--dtype", "bfloat16", "-o", str(out)])
+    assert code == 0
+    assert onnx.load(str(out)).graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16
+    assert "a float32 copy of the graph" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the message for a machine without CUDA")
+def test_cli_device_cuda_without_cuda_is_one_clear_usage_error(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["inspect", "torchvision:alexnet", "--input-shape", "1,3,64,64", "--device", "cuda"])
+    assert exit_info.value.code == 2 and "torch sees no CUDA device" in capsys.readouterr().err
+
+
+@pytest.mark.cuda
+def test_cli_exports_on_cuda(tmp_path, capsys) -> None:
+    out = tmp_path / "cuda.onnx"
+    code = cli.main(["export", "torchvision:alexnet", "--input-shape", "1,3,160,160", "--device", "cuda", "-o", str(out)])
+    assert code == 0 and out.exists() and "onnxruntime max abs error" in capsys.readouterr().out

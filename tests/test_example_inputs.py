@@ -13,7 +13,7 @@ from torch.onnx._internal.exporter._compat import _get_torch_export_args
 import fxpool
 from fxpool import ExampleInputError, SpecialisedArgumentError, report_of
 from fxpool.example import read_example
-from fxpool.exporting import run_onnxruntime
+from fxpool.verifying import run_onnxruntime
 
 EXPORTERS = [pytest.param(False, id="torchscript"), pytest.param(True, id="dynamo")]
 

@@ -13,7 +13,7 @@ import torchvision
 from torch import nn
 
 import fxpool
-from fxpool.exporting import op_histogram, run_onnxruntime
+from fxpool.verifying import op_histogram, run_onnxruntime
 
 FORBIDDEN = {"Gather", "GatherND", "GatherElements", "Where", "Loop", "If", "ScatterND"}
 CASES = {  # name: (input spatial, output, the op that must carry the pool)
@@ -243,42 +243,6 @@ def test_export_time_pools_export_with_dynamic_spatial_axes_exactly(case: str, d
         torch.testing.assert_close(torch.from_numpy(out), pool(x), rtol=1e-5, atol=1e-6)
 
 
-def test_failed_verification_raises_and_moves_the_file(tmp_path, monkeypatch) -> None:
-    import fxpool.exporting as export_module
-
-    monkeypatch.setattr(export_module, "run_onnxruntime", lambda path, args, **_: [torch.zeros(1, 4, 7, 7).numpy()])
-    with pytest.raises(fxpool.ExportVerificationError, match="differs from PyTorch by up to"):
-        fxpool.export(pooled((7, 7)), torch.randn(1, 3, 10, 10), tmp_path / "m.onnx", dynamo=False)
-    assert (tmp_path / "m.onnx.failed").exists() and not (tmp_path / "m.onnx").exists()
-
-
-@pytest.mark.parametrize("offset,passes", [(1e-3, True), (1.0, False)])
-def test_verification_tolerance_scales_with_the_output(offset: float, passes: bool, tmp_path, monkeypatch) -> None:
-    # Outputs near 1e4 (deep nets with random weights): a float32-sized 1e-3 offset passes, 1.0 does not.
-    import fxpool.exporting as export_module
-
-    model, x = pooled((7, 7)), torch.randn(1, 3, 10, 10)
-    with torch.no_grad():
-        expected = model(x)
-    scale = 1e4 / expected.abs().max()
-    model = nn.Sequential(model, Scale(scale))
-    monkeypatch.setattr(export_module, "run_onnxruntime", lambda path, args, **_: [(expected * scale + offset).numpy()])
-    if passes:
-        fxpool.export(model, x, tmp_path / "m.onnx", dynamo=False)
-    else:
-        with pytest.raises(fxpool.ExportVerificationError, match="output scale"):
-            fxpool.export(model, x, tmp_path / "m.onnx", dynamo=False)
-
-
-class Scale(nn.Module):
-    def __init__(self, factor: torch.Tensor) -> None:
-        super().__init__()
-        self.factor = float(factor)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.factor
-
-
 # --- the caller's state, sizes at export time, and the hook across threads ---
 
 
@@ -464,7 +428,7 @@ def test_an_export_that_fails_on_a_pool_fxpool_left_says_so_with_the_report(dyna
 def test_export_writes_a_file_object_once_the_graph_verifies(dynamo: bool, tmp_path, monkeypatch) -> None:
     import io
 
-    import fxpool.exporting as export_module
+    import fxpool.verifying as export_module
 
     buffer = io.BytesIO()
     result = fxpool.export(pooled((7, 7)), torch.randn(1, 3, 10, 10), buffer, dynamo=dynamo)

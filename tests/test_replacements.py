@@ -52,7 +52,8 @@ def assert_same_pool(family: str, x: torch.Tensor, out_sizes: tuple, with_grad: 
     follows = tuple(o is None for o in out_sizes)
     resolved = tuple(i if o is None else o for i, o in zip(in_sizes, out_sizes))
     weight_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    module = ExactAdaptivePool(choose_plan(family, in_sizes, resolved, follows), "test", weight_dtype, batched=x.dim() == dims + 2)
+    plan = choose_plan(family, in_sizes, resolved, follows)
+    module = ExactAdaptivePool(plan, "test", weight_dtype, x.device, batched=x.dim() == dims + 2)
     native = NATIVE[(family, dims)]
     tolerance = dict(rtol=0, atol=0) if family == "max" else TOLERANCE[x.dtype]
 

@@ -19,7 +19,7 @@ from torch import nn
 
 import fxpool
 from fxpool import symbolics
-from fxpool.exporting import op_histogram, run_onnxruntime
+from fxpool.verifying import op_histogram, run_onnxruntime
 
 RTOL = ATOL = 1e-5
 STOCK_DECOMPOSITION = {"GatherND", "GatherElements", "Where", "Loop", "ScatterND"}

@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fxpool.exporting import op_histogram, run_onnxruntime
 from fxpool.planning import choose_plan
 from fxpool.symbolics import dynamo_translation_table, exporter_translations
+from fxpool.verifying import op_histogram, run_onnxruntime
 
 _POOLS = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}
 

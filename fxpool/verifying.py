@@ -1,0 +1,266 @@
+"""Verification of exported ONNX graphs: ``onnx.checker``, then onnxruntime against PyTorch.
+
+:func:`verify_onnx` runs the graph on the example input in onnxruntime's CPU provider and compares every
+output with the model's (on whatever device the model lives: the comparison is made on the CPU).
+Where the graph holds bfloat16 or float16 tensors and the CPU provider has no kernel for one of its
+ops (no bfloat16 ``Conv``, say), the graph as exported cannot run there; :func:`float32_copy` then
+makes the same graph in float32 (initializers, constants, casts and value types widened; low-precision
+values are exact in float32), which is run against a float32 copy of the model: the graph's structure
+and weights are verified, and :class:`Verification` says so in words. A graph that fails is moved to
+``*.failed`` and :class:`~fxpool.errors.ExportVerificationError` says why.
+
+onnx and onnxruntime are imported only when needed (the ``fxpool[onnx]`` extra).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import tempfile
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_leaves, tree_map
+
+from .copying import structural_copy
+from .errors import ExportVerificationError
+from .example import Example, example_run, read_example
+from .globalstate import LOCK
+
+_LOW_PRECISION = ("BFLOAT16", "FLOAT16")
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What verification compared, and how far onnxruntime was from PyTorch."""
+
+    max_abs_error: float
+    max_rel_error: float
+    how: str  # in words: what ran where
+
+
+def op_histogram(path: str) -> dict[str, int]:
+    """How often each ONNX op type occurs in the graph (subgraphs and functions included)."""
+    import onnx
+
+    model = onnx.load(path, load_external_data=False)
+    counts: Counter[str] = Counter()
+
+    def walk(graph: Any) -> None:
+        for node in graph.node:
+            counts[node.op_type] += 1
+            for attribute in node.attribute:
+                if attribute.type == onnx.AttributeProto.GRAPH:
+                    walk(attribute.g)
+
+    walk(model.graph)
+    for function in model.functions:
+        for node in function.node:
+            counts[node.op_type] += 1
+    return dict(sorted(counts.items()))
+
+
+def onnxruntime_session(path: str, providers: list[str] | None = None) -> Any:
+    """An onnxruntime ``InferenceSession`` on the graph at ``path`` (CPU unless ``providers`` say otherwise)."""
+    import onnxruntime
+
+    return onnxruntime.InferenceSession(path, providers=providers or ["CPUExecutionProvider"])
+
+
+def run_onnxruntime(
+    path: str, example_input: Any, providers: list[str] | None = None, *, forward: Callable[..., Any] | None = None
+) -> list[Any]:
+    """Outputs of the ONNX graph at ``path`` on the tensors of ``example_input`` (read as ``convert`` reads it).
+
+    Graph inputs are fed by name where every one is named after a tensor argument of ``forward``
+    (both exporters' naming when no ``input_names`` are given), else in order, keyword arguments in
+    ``forward``'s parameter order.
+    """
+    example = read_example(example_input)
+    session = onnxruntime_session(path, providers)
+    names = [i.name for i in session.get_inputs()]
+    named = example.tensors_in_signature_order(forward) if forward is not None else [("", t) for t in example.tensors()]
+    if forward is not None and len(named) != len(names):
+        named = example.tensors_in_signature_order(forward, defaults_as_inputs=True)
+    by_name = dict(named)
+    # The TorchScript exporter names an input after its parameter with a suffix ("x.1") and drops
+    # inputs the graph does not use, so names are the only safe match where they are there.
+    parameters = {name: re.sub(r"\.\d+$", "", name) for name in names}
+    if len(by_name) == len(named) and set(parameters.values()) <= set(by_name):
+        feeds = {name: by_name[parameter] for name, parameter in parameters.items()}
+    else:
+        if len(names) != len(named):
+            raise ValueError(
+                f"the graph has {len(names)} inputs ({', '.join(names)}) but the example "
+                f"{example.describe()} holds {len(named)} tensors"
+            )
+        feeds = {name: tensor for name, (_, tensor) in zip(names, named)}
+    return session.run(None, {name: t.detach().cpu().numpy() for name, t in feeds.items()})
+
+
+def verify_onnx(path: str, model: nn.Module, example_input: Any, *, rtol: float = 1e-4, atol: float = 1e-5) -> Verification:
+    """Check the file and compare onnxruntime with ``model`` on the example.
+
+    An output passes where ``|ort - torch| <= atol * scale + rtol * |torch|`` elementwise, with
+    ``scale`` the output's largest magnitude (at least 1): deep networks with random weights reach
+    outputs in the thousands, where float32 accumulation alone leaves absolute errors near 1e-3 on
+    elements close to zero — in the stock export of the original model too. A float16 or bfloat16
+    output is held to at least four units of its last place (both sides round to it).
+    """
+    import onnx
+
+    example = read_example(example_input)
+    try:
+        onnx.checker.check_model(path)
+    except Exception as error:
+        raise ExportVerificationError(_set_aside_failed_graph(path, f"the exported graph is not valid ONNX: {error}")) from error
+    try:
+        outputs = run_onnxruntime(path, example, forward=model.forward)
+    except Exception as error:
+        low = _low_precision_types(path)
+        if not low:
+            raise ExportVerificationError(
+                _set_aside_failed_graph(path, f"the exported graph does not load or run: {error}")
+            ) from error
+        why = f"onnxruntime's CPU provider cannot run the {' and '.join(low)} graph ({_first_line(error)})"
+        return _verify_float32_copy(path, model, example, rtol, atol, why)
+    expected = _expected(model, example)
+    abs_error, rel_error = _compare(path, outputs, expected, rtol, atol)
+    return Verification(abs_error, rel_error, "onnxruntime (CPU) on the graph as exported, against the model")
+
+
+def _verify_float32_copy(path: str, model: nn.Module, example: Example, rtol: float, atol: float, why: str) -> Verification:
+    import onnx
+
+    widened = float32_copy(onnx.load(path))
+    model32 = copy.deepcopy(model).float()  # a deep copy: .float() would write the caller's parameters
+    example32 = Example(*tree_map(_as_float32, (example.args, dict(example.kwargs))))
+    with tempfile.TemporaryDirectory() as folder:
+        copy_path = os.path.join(folder, "float32.onnx")
+        onnx.save(widened, copy_path)
+        try:
+            outputs = run_onnxruntime(copy_path, example32, forward=model32.forward)
+        except Exception as error:
+            raise ExportVerificationError(
+                _set_aside_failed_graph(path, f"{why}, and its float32 copy does not run either: {_first_line(error)}")
+            ) from error
+    abs_error, rel_error = _compare(path, outputs, _expected(model32, example32), rtol, atol)
+    return Verification(abs_error, rel_error, f"a float32 copy of the graph against a float32 copy of the model: {why}")
+
+
+def float32_copy(model: Any) -> Any:
+    """The ONNX model with every bfloat16 and float16 tensor, cast and value type made float32."""
+    import onnx
+    from onnx import TensorProto, numpy_helper
+
+    low = {TensorProto.BFLOAT16, TensorProto.FLOAT16}
+    widened = copy.deepcopy(model)
+
+    def widen_tensor(tensor: Any) -> None:
+        if tensor.data_type in low:
+            values = numpy_helper.to_array(tensor).astype("float32")
+            tensor.CopyFrom(numpy_helper.from_array(values, tensor.name))
+
+    def widen_type(value: Any) -> None:
+        if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type in low:
+            value.type.tensor_type.elem_type = TensorProto.FLOAT
+
+    def widen_nodes(nodes: Any) -> None:
+        for node in nodes:
+            for attribute in node.attribute:
+                if attribute.type == onnx.AttributeProto.TENSOR:
+                    widen_tensor(attribute.t)
+                elif attribute.type == onnx.AttributeProto.GRAPH:
+                    widen_graph(attribute.g)
+                elif attribute.name == "to" and attribute.i in low:  # Cast
+                    attribute.i = TensorProto.FLOAT
+
+    def widen_graph(graph: Any) -> None:
+        for tensor in graph.initializer:
+            widen_tensor(tensor)
+        for value in list(graph.input) + list(graph.output) + list(graph.value_info):
+            widen_type(value)
+        widen_nodes(graph.node)
+
+    widen_graph(widened.graph)
+    for function in widened.functions:
+        widen_nodes(function.node)
+    return widened
+
+
+def _low_precision_types(path: str) -> list[str]:
+    import onnx
+
+    names = {onnx.TensorProto.DataType.Name(t) for t in _element_types(onnx.load(path, load_external_data=False))}
+    return [name.lower() for name in _LOW_PRECISION if name in names]
+
+
+def _element_types(model: Any) -> set[int]:
+    graph = model.graph
+    types = {t.data_type for t in graph.initializer}
+    for value in list(graph.input) + list(graph.output) + list(graph.value_info):
+        if value.type.HasField("tensor_type"):
+            types.add(value.type.tensor_type.elem_type)
+    return types
+
+
+def _as_float32(value: Any) -> Any:
+    return value.float() if isinstance(value, torch.Tensor) and value.is_floating_point() else value
+
+
+def _expected(model: nn.Module, example: Example) -> list[torch.Tensor]:
+    with LOCK, example_run(example):
+        outputs = example.call(structural_copy(model, clone_buffers=True))
+    return [t.detach().cpu() for t in tree_leaves(outputs) if isinstance(t, torch.Tensor)]
+
+
+def _compare(path: str, outputs: list[Any], expected: list[torch.Tensor], rtol: float, atol: float) -> tuple[float, float]:
+    if len(expected) != len(outputs):
+        raise ExportVerificationError(
+            _set_aside_failed_graph(path, f"onnxruntime gave {len(outputs)} outputs, PyTorch {len(expected)}")
+        )
+    worst_abs = worst_rel = 0.0
+    for index, (ours, theirs) in enumerate(zip(outputs, expected)):
+        got = torch.from_numpy(ours).to(theirs.dtype)
+        if got.shape != theirs.shape:
+            raise ExportVerificationError(
+                _set_aside_failed_graph(
+                    path, f"output {index}: shape {tuple(got.shape)} from onnxruntime, {tuple(theirs.shape)} from PyTorch"
+                )
+            )
+        if not theirs.numel():
+            continue
+        if theirs.is_floating_point() and theirs.dtype in (torch.float16, torch.bfloat16):
+            resolution = 4 * torch.finfo(theirs.dtype).eps
+            rtol, atol = max(rtol, resolution), max(atol, resolution)
+        diff = (got.double() - theirs.double()).abs()
+        worst_abs = max(worst_abs, diff.max().item())
+        worst_rel = max(worst_rel, (diff / theirs.double().abs().clamp_min(atol)).max().item())
+        scale = max(1.0, theirs.double().abs().max().item())
+        if not torch.allclose(got.double(), theirs.double(), rtol=rtol, atol=atol * scale):
+            raise ExportVerificationError(
+                _set_aside_failed_graph(
+                    path,
+                    f"output {index}: onnxruntime differs from PyTorch by up to {diff.max().item():.3g} "
+                    f"(rtol={rtol}, atol={atol} x output scale {scale:.3g})",
+                )
+            )
+    return worst_abs, worst_rel
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+def _set_aside_failed_graph(path: str, why: str) -> str:
+    """Move a graph that failed verification to ``path.failed`` and say so in the error text ``why``."""
+    if os.path.exists(path):
+        os.replace(path, path + ".failed")
+        return f"{why}. The graph was moved to {path}.failed so it is not mistaken for a good one."
+    return why

@@ -1,0 +1,120 @@
+"""fxpool.verifying: onnxruntime against PyTorch, the bound it holds, and low-precision graphs.
+
+onnxruntime's CPU provider has no bfloat16 (nor, on x86, float16) Conv, so such a graph cannot run as
+exported; its float32 copy is verified against a float32 copy of the model instead, and the result
+says so. Tolerances: float32, rtol 1e-4 and atol 1e-5 times the output's scale (fxpool.export's own).
+"""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+import torch
+from torch import nn
+
+import fxpool
+from fxpool import verifying
+from fxpool.verifying import float32_copy, op_histogram
+
+
+def pooled(output: tuple[int, int]) -> nn.Module:
+    return nn.Sequential(nn.Conv2d(3, 4, 1), nn.AdaptiveAvgPool2d(output)).eval()
+
+
+def test_failed_verification_raises_and_moves_the_file(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(verifying, "run_onnxruntime", lambda path, args, **_: [torch.zeros(1, 4, 7, 7).numpy()])
+    with pytest.raises(fxpool.ExportVerificationError, match="differs from PyTorch by up to"):
+        fxpool.export(pooled((7, 7)), torch.randn(1, 3, 10, 10), tmp_path / "m.onnx", dynamo=False)
+    assert (tmp_path / "m.onnx.failed").exists() and not (tmp_path / "m.onnx").exists()
+
+
+class Scale(nn.Module):
+    def __init__(self, factor: torch.Tensor) -> None:
+        super().__init__()
+        self.factor = float(factor)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.factor
+
+
+@pytest.mark.parametrize("offset,passes", [(1e-3, True), (1.0, False)])
+def test_verification_tolerance_scales_with_the_output(offset: float, passes: bool, tmp_path, monkeypatch) -> None:
+    # Outputs near 1e4 (deep nets with random weights): a float32-sized 1e-3 offset passes, 1.0 does not.
+    model, x = pooled((7, 7)), torch.randn(1, 3, 10, 10)
+    with torch.no_grad():
+        expected = model(x)
+    scale = 1e4 / expected.abs().max()
+    model = nn.Sequential(model, Scale(scale))
+    monkeypatch.setattr(verifying, "run_onnxruntime", lambda path, args, **_: [(expected * scale + offset).numpy()])
+    if passes:
+        fxpool.export(model, x, tmp_path / "m.onnx", dynamo=False)
+    else:
+        with pytest.raises(fxpool.ExportVerificationError, match="output scale"):
+            fxpool.export(model, x, tmp_path / "m.onnx", dynamo=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_a_low_precision_model_exports_and_verifies_saying_how(dtype: torch.dtype, dynamo: bool, tmp_path) -> None:
+    if dtype == torch.float16 and not dynamo:
+        pytest.skip("the TorchScript exporter's float16 Conv on the CPU: torch has no CPU float16 conv to trace")
+    model = pooled((7, 5)).to(dtype)
+    x = torch.randn(1, 3, 10, 10, dtype=dtype)
+    result = fxpool.export(model, x, tmp_path / "low.onnx", dynamo=dynamo)
+    if dtype == torch.bfloat16:  # no bfloat16 Conv on onnxruntime's CPU provider
+        assert "float32 copy of the graph" in result.verified and "cannot run the bfloat16" in result.verified, result.verified
+        assert result.max_abs_error is not None and result.max_abs_error < 1e-4
+    else:  # float16 runs as exported (within four float16 units of the last place)
+        assert result.max_abs_error is not None and result.max_abs_error < 4e-3
+    graph = onnx.load(str(tmp_path / "low.onnx"))  # the file written is the low-precision graph itself
+    expected = onnx.TensorProto.BFLOAT16 if dtype == torch.bfloat16 else onnx.TensorProto.FLOAT16
+    assert graph.graph.output[0].type.tensor_type.elem_type == expected
+    assert "MatMul" in op_histogram(str(tmp_path / "low.onnx"))
+
+
+def test_a_float32_model_verifies_as_exported(tmp_path) -> None:
+    result = fxpool.export(pooled((7, 5)), torch.randn(1, 3, 10, 10), tmp_path / "f32.onnx", dynamo=True)
+    assert result.verified.startswith("onnxruntime (CPU) on the graph as exported")
+
+
+def test_the_float32_copy_widens_every_tensor_cast_and_type() -> None:
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(torch.tensor([[0.5, 1.5]], dtype=torch.float32).numpy(), "w")
+    weight_bf16 = helper.make_tensor("w", TensorProto.BFLOAT16, [1, 2], [0.5, 1.5])
+    nodes = [
+        helper.make_node("Cast", ["x"], ["xl"], to=TensorProto.BFLOAT16),
+        helper.make_node("MatMul", ["xl", "w"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [2, 2])],
+        [weight_bf16],
+    )
+    widened = float32_copy(helper.make_model(graph))
+    assert widened.graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    assert widened.graph.initializer[0].data_type == TensorProto.FLOAT
+    assert numpy_helper.to_array(widened.graph.initializer[0]).tolist() == numpy_helper.to_array(weight).tolist()
+    assert widened.graph.node[0].attribute[0].i == TensorProto.FLOAT
+    onnx.checker.check_model(widened)
+
+
+def test_a_graph_that_fails_for_another_reason_still_fails(tmp_path, monkeypatch) -> None:
+    def broken(*args, **kwargs):
+        raise RuntimeError("no kernel for this op")
+
+    monkeypatch.setattr(verifying, "run_onnxruntime", broken)
+    with pytest.raises(fxpool.ExportVerificationError, match="does not load or run: no kernel"):
+        fxpool.export(pooled((7, 7)), torch.randn(1, 3, 10, 10), tmp_path / "m.onnx", dynamo=False)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_a_cuda_model_exports_and_verifies_against_its_cuda_outputs(dynamo: bool, tmp_path) -> None:
+    model = pooled((7, 5)).cuda()
+    x = torch.randn(2, 3, 10, 10, device="cuda")
+    result = fxpool.export(model, x, tmp_path / "cuda.onnx", dynamo=dynamo)
+    assert result.max_abs_error is not None and result.max_abs_error < 1e-4
+    assert next(model.parameters()).device.type == "cuda"  # the caller's model stays where it was
