@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -231,20 +232,27 @@ def install_graph(module: nn.Module, gm: fx.GraphModule, export_gm: fx.GraphModu
     for graph in (gm, export_gm):
         if graph is not None:
             _share_state(module, graph)
-    if export_gm is None:
-        module.__dict__["forward"] = gm.forward
-        return
+    module.__dict__["forward"] = gm.forward if export_gm is None else ExportBranches(gm, export_gm)
 
-    eager_forward, export_forward = gm.forward, export_gm.forward
 
-    @functools.wraps(eager_forward)
-    def forward(*args: Any, **kwargs: Any) -> Any:
+class ExportBranches:
+    """The forward of a module that asks ``torch.onnx.is_in_onnx_export()``: its export graph while the
+    answer is true, its eager graph otherwise.
+
+    A plain object rather than a closure, so a converted model pickles, and ``copy.deepcopy`` copies
+    both graphs with the module. It takes the eager graph's signature, so exporters map keyword
+    arguments onto it as onto the module's own forward.
+    """
+
+    def __init__(self, eager: fx.GraphModule, export: fx.GraphModule) -> None:
+        self.eager = eager
+        self.export = export
+        self.__signature__ = inspect.signature(eager.forward)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if torch.onnx.is_in_onnx_export():
-            return export_forward(*args, **kwargs)
-        return eager_forward(*args, **kwargs)
-
-    forward.fxpool_graphs = (gm, export_gm)  # type: ignore[attr-defined]
-    module.__dict__["forward"] = forward
+            return self.export.forward(*args, **kwargs)
+        return self.eager.forward(*args, **kwargs)
 
 
 def _share_state(module: nn.Module, gm: fx.GraphModule) -> None:
@@ -268,9 +276,8 @@ def _share_state(module: nn.Module, gm: fx.GraphModule) -> None:
 def _installed_graphs(module: nn.Module) -> tuple[fx.GraphModule, fx.GraphModule | None] | None:
     """The graphs :func:`install_graph` gave ``module`` (eager, export or None), or None."""
     forward = module.__dict__.get("forward")
-    graphs = getattr(forward, "fxpool_graphs", None)
-    if graphs is not None:
-        return graphs
+    if isinstance(forward, ExportBranches):
+        return forward.eager, forward.export
     owner = getattr(forward, "__self__", None)
     return (owner, None) if isinstance(owner, fx.GraphModule) and owner is not module else None
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 
-from fxpool.copying import carry_hooks, graph_of, has_hooks, install_graph, module_paths, structural_copy
+from fxpool.copying import carry_hooks, export_graph_of, graph_of, has_hooks, install_graph, module_paths, structural_copy
 
 
 def _model() -> nn.Sequential:
@@ -59,3 +61,35 @@ def test_hooks_are_found_and_carried() -> None:
     carry_hooks(source, target)
     target(torch.ones(1))
     assert seen == [target]
+
+
+class ExportBranch(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv(x)
+        if torch.onnx.is_in_onnx_export():
+            return torch.nn.functional.interpolate(x, size=(4, 4), mode="area")
+        return torch.nn.functional.adaptive_avg_pool2d(x, 4)
+
+
+def test_a_module_with_an_export_branch_pickles_and_deep_copies_with_its_own_graphs() -> None:
+    import io
+
+    import fxpool
+
+    model, x = ExportBranch().eval(), torch.randn(1, 3, 10, 10)
+    converted = fxpool.convert(model, x, strict=True)
+    assert export_graph_of(converted) is not None
+    buffer = io.BytesIO()
+    torch.save(converted, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    torch.testing.assert_close(loaded(x), model(x), rtol=1e-5, atol=1e-6)
+    clone = copy.deepcopy(converted)
+    with torch.no_grad():
+        clone.conv.weight.zero_()  # the clone's graphs read the clone's weights, not the original's
+    assert not torch.equal(clone(x), converted(x))
+    torch.testing.assert_close(converted(x), model(x), rtol=1e-5, atol=1e-6)

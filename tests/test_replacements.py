@@ -368,3 +368,39 @@ def test_general_max_windows_run_pytorchs_kernel_in_eager_and_the_gather_form_wh
     names = {e.name for e in forced.events()}
     assert "aten::index_select" in names and "aten::adaptive_max_pool2d" not in names
     assert not ExactAdaptivePool(choose_plan("max", (14, 14), (7, 7))).runs_native_in_eager  # a MaxPool already
+
+
+FAST_PLANS = [  # (family, in sizes, out sizes): the one-step plans eager runs in one call
+    ("avg", (9, 7), (1, 1)),  # mean
+    ("avg", (8, 12), (4, 3)),  # AvgPool2d
+    ("max", (8, 12), (4, 3)),  # MaxPool2d
+    ("avg", (10, 10), (7, 7)),  # kron-matmul
+    ("max", (10, 10), (7, 7)),  # PyTorch's own kernel in eager
+    ("avg", (6, 8, 10), (3, 4, 5)),  # AvgPool3d
+]
+
+
+@pytest.mark.parametrize("family,in_sizes,out_sizes", FAST_PLANS)
+@pytest.mark.parametrize("batched", [True, False])
+def test_the_eager_fast_path_equals_the_general_one_and_tracers_never_take_it(family, in_sizes, out_sizes, batched) -> None:
+    module = ExactAdaptivePool(choose_plan(family, in_sizes, out_sizes), "fast", batched=batched)
+    assert module._fast
+    x = torch.randn(*((2, 3) if batched else (3,)), *in_sizes, requires_grad=True)
+    fast = module(x)
+    with traced_forms():  # the general path, in the plan's order
+        general = module(x)
+    native = NATIVE[(family, len(in_sizes))](x, out_sizes)
+    torch.testing.assert_close(fast, native, **(dict(rtol=0, atol=0) if family == "max" else TOLERANCE[torch.float32]))
+    torch.testing.assert_close(fast, general, **TOLERANCE[torch.float32])
+    upstream = torch.randn_like(fast)
+    (grad_fast,) = torch.autograd.grad(fast, x, upstream)
+    (grad_native,) = torch.autograd.grad(native, x, upstream)
+    torch.testing.assert_close(grad_fast, grad_native, **GRAD_TOLERANCE[torch.float32])
+    other = torch.randn(*((2, 3) if batched else (3,)), *(s + 1 for s in in_sizes))
+    if module.plan.size_agnostic:  # a mean is exact at every size, fast or not
+        torch.testing.assert_close(module(other), NATIVE[(family, len(in_sizes))](other, out_sizes), **TOLERANCE[torch.float32])
+    else:  # another size is never computed by the fast path
+        with pytest.raises(SpatialSizeError):
+            module(other)
+    module._run_fast = lambda x, kind: (_ for _ in ()).throw(AssertionError("a tracer took the eager fast path"))
+    torch.jit.trace(module, x.detach(), check_trace=False)  # traced, it must run the general path
