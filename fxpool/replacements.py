@@ -263,7 +263,7 @@ class ExactAdaptivePool(nn.Module):
         if kind == "pool":
             assert isinstance(step, PoolStep)
             return (_AVG_POOLS if step.family == "avg" else _MAX_POOLS)[dims](x, step.kernel, step.stride)
-        y = F.linear(x.flatten(-dims), self.weight_0)  # kind == "kronecker"
+        y = F.linear(x.flatten(-dims), self.get_buffer("weight_0"))  # kind == "kronecker"
         return y.reshape(y.shape[:-1] + plan.out_sizes)
 
     def traced_form(self, x: torch.Tensor) -> torch.Tensor:
