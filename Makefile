@@ -4,14 +4,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: zoo test test-all lint bench runtimes gpu-checks clean
+.PHONY: zoo test test-all lint docs bench runtimes gpu-checks gpu-wheels clean
 
 RT_VENV := .venv-runtimes
 RT_STAMP := $(RT_VENV)/.installed
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -qq -c constraints.txt -e '.[test,zoo,crosscheck,timm,smp,transformers,monai,dev]'
+	$(PY) -m pip install -qq -c constraints.txt -e '.[test,zoo,crosscheck,timm,smp,transformers,monai,dev,docs]'
 	touch $(STAMP)
 
 zoo: $(STAMP)  ## the main job: the model-zoo sweep on the default set
@@ -27,6 +27,9 @@ lint: $(STAMP)  ## ruff (lint and format) over everything, mypy over the package
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+docs: $(STAMP)  ## the documentation site in site/ (strict: a broken reference or a missing result fails)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 bench: $(STAMP)  ## the benchmark suite (writes reports/bench.json)
 	$(PY) -m model_zoo_checks.benchmarks $(BENCH_ARGS)
@@ -44,8 +47,14 @@ runtimes: $(RT_STAMP)  ## the original and fxpool's conversion on ExecuTorch, Li
 	PYTHONPATH=$(CURDIR) $(RT_VENV)/bin/python -m model_zoo_checks.runtimes $(RUNTIMES_ARGS)
 	PYTHONPATH=$(CURDIR) $(RT_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/test_runtimes.py
 
-gpu-checks: $(STAMP)  ## every GPU check in one call (needs CUDA): cuda tests, GPU benchmark, GPU zoo slice
-	PY=$(PY) model_zoo_checks/gpu_checks.sh
+# On a bare GPU machine (its own python3 and torch, no .venv, no network): make gpu-wheels here first,
+# and carry .whl/ along; the results go to $$OUT or reports/gpu/ (gpu.md holds the tables).
+gpu-checks:  ## every GPU check in one call: cuda tests, pools, whole models, compile, AOTInductor, zoo slice
+	PY=$${PY:-python3} model_zoo_checks/gpu_checks.sh
+
+gpu-wheels:  ## the optional packages the GPU machine lacks, as wheels in .whl/ (Python 3.12, offline install)
+	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
+		-d .whl segmentation_models_pytorch==0.6.0 onnxscript==0.7.2 onnx-ir==1.1.0 ml_dtypes
 
 clean:
-	rm -rf $(VENV) $(RT_VENV) reports
+	rm -rf $(VENV) $(RT_VENV) reports site

@@ -2,12 +2,15 @@
 
 :class:`ExactAdaptivePool` runs the steps of a :class:`~fxpool.planning.PoolPlan` with plain ops
 (``avg_pool``/``max_pool``, ``mean``/``max``, ``matmul``, constant ``index_select``, nearest
-``interpolate``): exporters, ``torch.jit.trace``, ``torch.compile`` and ``torch.fx`` see the steps in
-the plan's order. Eager runs the average family's commuting steps in ``PoolPlan.eager_order`` and
-general max windows by PyTorch's own kernel (``runs_native_in_eager``), both measured faster there;
-:func:`traced_forms` makes eager run what tracers see. Averaging matrices and window indices are non-persistent buffers: they follow
-``.to(device)``, are left out of ``state_dict`` (so the converted model loads the original's
-weights), and are rebuilt exactly after a dtype change, so ``.double()`` stays exact to float64.
+``interpolate``): exporters (``torch.onnx``, ``torch.export`` and what builds on it: ExecuTorch,
+AOTInductor), ``torch.jit.trace`` and ``torch.fx`` see the steps in the plan's order. ``torch.compile``
+is not an exporter: it gets PyTorch's own adaptive pool, which inductor lowers exactly and faster.
+Eager runs the average family's commuting steps in ``PoolPlan.eager_order``, one-step plans in one
+call, and general max windows by PyTorch's own kernel (``runs_native_in_eager``), all measured faster
+there; :func:`traced_forms` makes eager run what tracers see. Averaging matrices and window indices
+are non-persistent buffers: they follow ``.to(device)``, are left out of ``state_dict`` (so the
+converted model loads the original's weights), and are rebuilt exactly after a dtype change, so
+``.double()`` stays exact to float64.
 
 A replacement whose plan depends on the traced spatial size checks it on every call, in eager and
 while an exporter traces, and raises :class:`~fxpool.errors.SpatialSizeError` otherwise; every
@@ -46,6 +49,7 @@ _LOW_PRECISION = (torch.float16, torch.bfloat16)
 _AVG_POOLS = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
 _MAX_POOLS = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 _NATIVE_MAX = {1: F.adaptive_max_pool1d, 2: F.adaptive_max_pool2d, 3: F.adaptive_max_pool3d}
+_NATIVE_AVG = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}
 
 
 def averaging_matrix(
@@ -240,17 +244,29 @@ class ExactAdaptivePool(nn.Module):
             and x.dtype == torch.float32
             and x.is_contiguous()
             and x.dim() - self.plan.spatial_dims in (1, 2)
+            and _plain_eager()  # before reading sizes: under torch.jit.trace they are tensors
             and _fits(x.shape[-self.plan.spatial_dims :], self._fixed_sizes)
-            and _plain_eager()
         ):
             return self._run_fast(x, fast)
         x = check_input(x, self.expected_sizes, self.location)
+        if torch.compiler.is_compiling() and not torch.compiler.is_exporting():
+            # torch.compile is not an exporter: inductor lowers PyTorch's own pool exactly, and faster
+            # than the plain-op form (compiled, 2-8x on the CPU; the issue's H200 run: 1.4-1.6x).
+            return self._native(x)
         eager = isinstance(x, torch.Tensor) and not _exporting()  # not a Proxy, nothing traces
         if eager and self.runs_native_in_eager:
             dims = self.plan.spatial_dims
             sizes = [x.shape[i - dims] if a.follows_input else a.out_size for i, a in enumerate(self.plan.axes)]
             return _NATIVE_MAX[dims](x, sizes)
         return self._run(x, eager)
+
+    def _native(self, x: torch.Tensor) -> torch.Tensor:
+        """PyTorch's own adaptive pool this module stands for."""
+        family, out_sizes = self.fxpool_native_reference
+        dims = self.plan.spatial_dims
+        sizes = [x.shape[axis - dims] if size is None else size for axis, size in enumerate(out_sizes)]
+        native: Any = (_NATIVE_AVG if family == "avg" else _NATIVE_MAX)[dims]
+        return native(x, sizes)
 
     def _run_fast(self, x: torch.Tensor, kind: str) -> torch.Tensor:
         """The one-call eager form of a one-step plan (see :func:`_fast_eager_kind`)."""

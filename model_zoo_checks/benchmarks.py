@@ -40,6 +40,7 @@ from fxpool.exporting import exporter_reason
 from fxpool.planning import choose_plan, kronecker_cost
 from fxpool.replacements import averaging_matrix, kronecker_matrix, matmul_along
 
+from . import model_benchmarks
 from .options import DTYPES, add_device_options, device_and_dtypes, ort_sessions
 from .timing import side_by_side
 
@@ -414,43 +415,62 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--sections",
         nargs="*",
         default=["pools", "convert", "kronecker", "longaxis"],
-        choices=["pools", "convert", "kronecker", "longaxis"],
+        choices=["pools", "convert", "kronecker", "longaxis", "models", "compile", "aoti"],
+        help="models, compile and aoti (whole models, torch.compile, AOTInductor: model_zoo_checks.model_benchmarks) "
+        "are asked for by name; make gpu-checks runs them on the GPU",
     )
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--convert-repeats", type=int, default=5, help="alternating forward/convert pairs per model")
-    add_device_options(parser, "cpu or cuda (pools section only)")
+    add_device_options(parser, "cpu or cuda (pools, models, compile, aoti; the rest are CPU measurements)")
     parser.add_argument("--skip-onnx", action="store_true")
     parser.add_argument("--out", default="reports/bench.json")
     args = parser.parse_args(argv)
     device, dtypes = device_and_dtypes(parser, args)
-    results: dict[str, Any] = {"torch": torch.__version__, "threads": torch.get_num_threads(), "repeats": args.repeats}
-    if "pools" in args.sections:
-        print(
-            "| case | fwd / native | fwd+bwd / native | slice-loop / fxpool (fwd+bwd) | ORT dynamo-original / fxpool "
-            "| fwd / floor | native fwd / floor |\n|---|---|---|---|---|---|---|"
-        )
-        results["pools"] = pools_section(args.repeats, device, dtypes, not args.skip_onnx)
-    if "convert" in args.sections and device == "cpu":
-        print(
-            "\n| model | input | parameters | pools | traced modules | forward ms | convert ms | convert / forward "
-            "| convert's extra peak MB, of the forward's |\n|---|---|---|---|---|---|---|---|---|"
-        )
-        results["convert"] = convert_section(args.convert_repeats)
-    if "kronecker" in args.sections and device == "cpu":
-        print(
-            "\n| H→O (square) | Kronecker entries | fwd kron / separable | fwd+bwd kron / separable | chosen |\n"
-            "|---|---|---|---|---|"
-        )
-        results["kronecker"] = kronecker_section(args.repeats)
-    if "longaxis" in args.sections and device == "cpu":
-        print(
-            "\n| L→O (1d, C=16) | matrix keeps | gather keeps | fwd matrix / gather | fwd gather / native | chosen |\n"
-            "|---|---|---|---|---|---|"
-        )
-        results["longaxis"] = long_axis_section(args.repeats)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2))
+    results: dict[str, Any] = {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "repeats": args.repeats,
+        "device_name": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu",
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for section in args.sections:
+        if section not in ("pools", "models", "compile", "aoti") and device != "cpu":
+            continue  # the conversion cost and the fits are CPU measurements
+        print(HEADERS.get(section, ""), end="")
+        results[section] = run_section(section, args, device, dtypes)
+        out.write_text(json.dumps(results, indent=2))  # after every section: a run cut short keeps what it measured
     return 0
+
+
+HEADERS = {
+    "pools": "| case | fwd / native | fwd+bwd / native | slice-loop / fxpool (fwd+bwd) | ORT dynamo-original / fxpool "
+    "| fwd / floor | native fwd / floor |\n|---|---|---|---|---|---|---|\n",
+    "convert": "\n| model | input | parameters | pools | traced modules | forward ms | convert ms | convert / forward "
+    "| convert's extra peak MB, of the forward's |\n|---|---|---|---|---|---|---|---|---|\n",
+    "kronecker": "\n| H→O (square) | Kronecker entries | fwd kron / separable | fwd+bwd kron / separable | chosen |\n"
+    "|---|---|---|---|---|\n",
+    "longaxis": "\n| L→O (1d, C=16) | matrix keeps | gather keeps | fwd matrix / gather | fwd gather / native | chosen |\n"
+    "|---|---|---|---|---|---|\n",
+    "models": "\n| model | size | dtype | original ms | converted ms | converted / original |\n|---|---|---|---|---|---|\n",
+    "compile": "\n| torch.compile(fullgraph=True) | dtype | converted / original |\n|---|---|---|\n",
+}
+
+
+def run_section(section: str, args: argparse.Namespace, device: str, dtypes: tuple[str, ...]) -> Any:
+    if section == "pools":
+        return pools_section(args.repeats, device, dtypes, not args.skip_onnx)
+    if section == "convert":
+        return convert_section(args.convert_repeats)
+    if section == "kronecker":
+        return kronecker_section(args.repeats)
+    if section == "longaxis":
+        return long_axis_section(args.repeats)
+    if section == "models":
+        return model_benchmarks.models_section(device, dtypes, args.repeats)
+    if section == "compile":
+        return model_benchmarks.compile_section(device, dtypes, args.repeats)
+    return model_benchmarks.aoti_section(device, args.repeats)
 
 
 if __name__ == "__main__":

@@ -404,3 +404,20 @@ def test_the_eager_fast_path_equals_the_general_one_and_tracers_never_take_it(fa
             module(other)
     module._run_fast = lambda x, kind: (_ for _ in ()).throw(AssertionError("a tracer took the eager fast path"))
     torch.jit.trace(module, x.detach(), check_trace=False)  # traced, it must run the general path
+
+
+@pytest.mark.parametrize("family", ["avg", "max"])
+def test_torch_compile_gets_pytorchs_own_pool_and_exporters_the_portable_form(family: str) -> None:
+    graphs: list[torch.fx.GraphModule] = []
+
+    def capture(gm: torch.fx.GraphModule, inputs: list) -> object:
+        graphs.append(gm)
+        return gm.forward
+
+    module = ExactAdaptivePool(choose_plan(family, (10, 10), (7, 7)), "p")
+    x = torch.randn(1, 3, 10, 10)
+    compiled = torch.compile(module, backend=capture, fullgraph=True)
+    torch.testing.assert_close(compiled(x), NATIVE[(family, 2)](x, (7, 7)), rtol=0, atol=0)
+    assert f"adaptive_{family}_pool2d" in graphs[0].code  # inductor lowers the native op itself
+    program = torch.export.export(module, (x,))  # an exporter: the plan's plain ops, no adaptive pool
+    assert not [n for n in program.graph.nodes if n.op == "call_function" and "adaptive" in str(n.target)]

@@ -1,0 +1,247 @@
+"""Markdown tables for the documentation, rendered from the JSON reports the sweeps and benchmarks write.
+
+The results pages of ``docs/`` hold markers where their tables go; ``docs/hooks.py`` asks
+:func:`render` for each while MkDocs builds, from the reports kept in ``docs/data/`` (``keep`` copies
+a sweep's reports there, its cases without the exporters' full error texts). So a table cannot drift
+from the run it reports.
+
+- ``python -m model_zoo_checks.tables keep DIR... --out docs/data/NAME.json``: a sweep's cases (the
+  ``report.json`` of each folder, shards merged), trimmed, for the docs;
+- ``python -m model_zoo_checks.tables zoo FILE_OR_DIR...``: one sweep's pass counts, pools by kind,
+  exportability, conversion cost and every case;
+- ``python -m model_zoo_checks.tables bench FILE``: the benchmark sections present in a ``bench.json``;
+- ``python -m model_zoo_checks.tables gpu DIR``: what ``make gpu-checks`` wrote to ``DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .reporting import EXPORTS, export_state
+
+
+def _fmt(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(row) + " |" for row in rows)]
+
+
+def _load(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+# What a kept sweep leaves out: the exporters' full error texts and the log paths (machine-specific).
+_NOT_KEPT = ("details", "log")
+
+
+def load_cases(sources: Sequence[Path]) -> list[dict[str, Any]]:
+    """The cases of report folders (their report.json) or kept files, merged by (model, input shape)."""
+    merged: dict[tuple[str, tuple[int, ...]], dict[str, Any]] = {}
+    for source in sources:
+        for case in _load(source / "report.json" if source.is_dir() else source) or []:
+            merged[(case["model"], tuple(case["input_shape"]))] = case
+    return sorted(merged.values(), key=lambda c: (c["model"], c["input_shape"]))
+
+
+def keep(sources: Sequence[Path], out: Path) -> int:
+    """Write the merged cases of ``sources``, trimmed, to ``out``; returns how many."""
+    cases = [{k: v for k, v in case.items() if k not in _NOT_KEPT} for case in load_cases(sources)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(cases, indent=1) + "\n")
+    return len(cases)
+
+
+def zoo_markdown(cases: Sequence[dict[str, Any]]) -> str:
+    """One sweep: the counts, the pools by kind, the exports, and every case."""
+    tally = Counter(c["status"] for c in cases)
+    ran = [c for c in cases if c["status"] != "skip"]
+    kinds: Counter[str] = Counter()
+    for case in ran:
+        kinds.update(case.get("replacements", {}))
+    lines = [
+        f"{len(cases)} cases of {len({c['model'] for c in cases})} models: **{tally['pass']} pass, {tally['fail']} fail, "
+        f"{tally['skip']} skip**. Pools found: {sum(c.get('pools', 0) for c in ran)}, converted: "
+        f"{sum(c.get('pools', 0) - c.get('unconverted', 0) for c in ran)} "
+        f"({', '.join(f'{k} {n}' for k, n in kinds.most_common())}).",
+        "",
+    ]
+    export_rows = []
+    for label, attribute in EXPORTS:
+        states = Counter(export_state(c.get(attribute, "")) for c in ran)
+        tried = sum(n for state, n in states.items() if state != "not tried")
+        if tried:
+            export_rows.append(
+                (label, f"{states['exports'] + states['decomposed']}/{tried}", str(states["decomposed"]), str(states["fails"]))
+            )
+    if export_rows:
+        lines += _table(("export", "exports", "of which GatherND/Where", "fails"), export_rows) + [""]
+    costs = [c["convert_s"] / c["forward_s"] for c in ran if c.get("forward_s") and c.get("convert_s")]
+    if costs:
+        worst = max(ran, key=lambda c: c["convert_s"] / c["forward_s"] if c.get("forward_s") and c.get("convert_s") else 0)
+        lines += [
+            f"Conversion cost: median {statistics.median(costs):.1f} eager forwards of the original, worst "
+            f"{max(costs):.1f} ({worst['model']} at {'x'.join(map(str, worst['input_shape'][1:]))}). Summed case time "
+            f"{sum(c.get('seconds', 0.0) for c in cases) / 60:.0f} min.",
+            "",
+        ]
+    rows = []
+    for c in cases:
+        exports = " / ".join(export_state(c.get(attribute, "")) for _, attribute in EXPORTS)
+        forwards = c["convert_s"] / c["forward_s"] if c.get("forward_s") and c.get("convert_s") else None
+        rows.append(
+            (
+                c["model"],
+                "x".join(map(str, c["input_shape"][1:])),
+                c["status"],
+                str(c.get("pools", 0)),
+                ", ".join(f"{k} {v}" for k, v in c.get("replacements", {}).items()) or "-",
+                _fmt(c.get("eager_max_error"), ".1e"),
+                exports,
+                _fmt(forwards, ".1f"),
+                (c.get("reason") or "")[:160].replace("|", "/"),
+            )
+        )
+    header = (
+        "model",
+        "input",
+        "status",
+        "pools",
+        "replacements",
+        "eager error",
+        "TS stock / TS converted / dynamo stock / dynamo converted / torch.export converted",
+        "convert / forward",
+        "notes",
+    )
+    return "\n".join(lines + _table(header, rows)) + "\n"
+
+
+def bench_markdown(results: dict[str, Any]) -> str:
+    """The sections of one benchmark run, each as its table."""
+    lines = [
+        f"Measured with torch {results.get('torch')} on {results.get('device_name', 'cpu')}, "
+        f"{results.get('threads')} threads, medians of {results.get('repeats')} alternating repeats.",
+        "",
+    ]
+    pools = (results.get("pools") or {}).get("cases", [])
+    if pools:
+        lines += ["## Each pool, converted over native", ""]
+        lines += _table(
+            ("case", "dtype", "forward", "forward+backward", "onnxruntime: stock dynamo graph / fxpool's"),
+            [
+                (
+                    r["case"],
+                    r["dtype"],
+                    _fmt(r["fwd_fxpool"] / r["fwd_native"]),
+                    _fmt(r["fwdbwd_fxpool"] / r["fwdbwd_native"]),
+                    _fmt(r["ort_dynamo_original"] / r["ort_fxpool"], ".1f") if r.get("ort_dynamo_original") else "-",
+                )
+                for r in pools
+            ],
+        ) + [""]
+    if results.get("convert"):
+        lines += ["## Conversion cost", ""]
+        lines += _table(
+            ("model", "input", "pools", "traced modules", "forward ms", "convert ms", "convert / forward", "extra peak MB"),
+            [
+                (
+                    r["model"],
+                    "x".join(map(str, r["input"][1:])),
+                    str(r["pools"]),
+                    str(r["traced"]),
+                    _fmt(r["forward_s"] * 1e3, ".1f"),
+                    _fmt(r["convert_s"] * 1e3, ".0f"),
+                    _fmt(r["convert_over_forward"]),
+                    _fmt(r.get("convert_peak_MB"), ".0f"),
+                )
+                for r in results["convert"]
+            ],
+        ) + [""]
+    for key, title in (
+        ("models", "Whole models in eager, converted over original"),
+        ("compile", "torch.compile(fullgraph=True), converted over original"),
+    ):
+        if results.get(key):
+            lines += [f"## {title}", ""]
+            lines += _table(
+                ("case", "dtype", "original ms", "converted ms", "ratio"),
+                [
+                    (r["case"], r["dtype"], _fmt(r["original_s"] * 1e3), _fmt(r["converted_s"] * 1e3), _fmt(r["ratio"]))
+                    for r in results[key]
+                ],
+            ) + [""]
+    if results.get("aoti"):
+        lines += ["## AOTInductor packages, converted over original", ""]
+        lines += _table(
+            ("model", "max abs error (output scale)", "ratio"),
+            [(r["case"], f"{r['max_abs_error']:.1e} ({r['scale']:.1f})", _fmt(r["ratio"])) for r in results["aoti"]],
+        ) + [""]
+    return "\n".join(lines)
+
+
+def gpu_markdown(folder: Path) -> str:
+    """What make gpu-checks wrote to ``folder``: the benchmark tables and the zoo slice."""
+    lines = []
+    for name in ("bench_pools.json", "bench_models.json"):
+        results = _load(folder / name)
+        if results:
+            lines.append(bench_markdown(results))
+    if (folder / "zoo" / "report.json").is_file():
+        lines += ["## Zoo slice on the GPU", "", zoo_markdown(load_cases([folder / "zoo"]))]
+    return "\n".join(lines)
+
+
+def runtimes_markdown(results: dict[str, Any]) -> str:
+    """The runtime x model table of a ``make runtimes`` run (its runtimes.json)."""
+    from .runtimes import Row, RuntimeRun, markdown
+
+    rows = [Row(r["runtime"], r["model"], RuntimeRun(**r["original"]), RuntimeRun(**r["fxpool"])) for r in results["rows"]]
+    skipped = "".join(f"\n{runtime}: skipped, {why}\n" for runtime, why in results.get("skipped", {}).items())
+    return f"Measured with torch {results.get('torch')}.\n\n" + markdown(rows) + skipped
+
+
+def render(kind: str, path: Path, *arguments: str) -> str:
+    """The markdown of one docs marker: ``zoo``/``bench``/``runtimes``/``gpu`` of the report at ``path``."""
+    if not path.exists():
+        raise FileNotFoundError(f"the docs ask for a {kind} table of {path}, which does not exist")
+    if kind == "zoo":
+        return zoo_markdown(load_cases([path]))
+    if kind == "bench":
+        return bench_markdown(json.loads(path.read_text()))
+    if kind == "runtimes":
+        return runtimes_markdown(json.loads(path.read_text()))
+    if kind == "gpu":
+        return gpu_markdown(path)
+    raise ValueError(f"unknown table kind {kind!r} (zoo, bench, runtimes, gpu)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m model_zoo_checks.tables", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    kept = commands.add_parser("keep", help="merge report folders into one trimmed file for docs/data/")
+    kept.add_argument("sources", nargs="+", type=Path)
+    kept.add_argument("--out", type=Path, required=True)
+    zoo = commands.add_parser("zoo")
+    zoo.add_argument("sources", nargs="+", type=Path)
+    for kind in ("bench", "runtimes", "gpu"):
+        commands.add_parser(kind).add_argument("path", type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "keep":
+        print(f"{keep(args.sources, args.out)} cases kept in {args.out}")
+    elif args.command == "zoo":
+        sys.stdout.write(zoo_markdown(load_cases(args.sources)))
+    else:
+        sys.stdout.write(render(args.command, args.path))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
