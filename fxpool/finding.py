@@ -160,14 +160,14 @@ class _Finder:
 
     def _graph(self, module: nn.Module, name: str, traced: Traced) -> None:
         gm, export_gm = traced.graph_module, traced.export_graph_module
-        eager_runs = self._runs(self.recording, name, traced)
+        eager_runs = self._runs(self.recording, module, traced)
         nodes = pool_nodes(gm)
         mismatch = _mismatch(nodes, eager_runs)
         export_nodes: list[PoolNode] = []
         if mismatch is None and export_gm is not None:
             assert self.export is not None  # export graphs are traced only where the export run was recorded
             export_nodes = pool_nodes(export_gm)
-            mismatch = _mismatch(export_nodes, self._runs(self.export, name, traced), branch="export branch")
+            mismatch = _mismatch(export_nodes, self._runs(self.export, module, traced), branch="export branch")
         if mismatch is not None:
             self._descend(module, name, mismatch)
             return
@@ -177,7 +177,7 @@ class _Finder:
         self.sites.extend(eager_sites)
         if export_gm is not None:
             assert self.export is not None
-            export_sites = self._node_sites(part, export_gm, export_nodes, self._runs(self.export, name, traced), EXPORT_SUFFIX)
+            export_sites = self._node_sites(part, export_gm, export_nodes, self._runs(self.export, module, traced), EXPORT_SUFFIX)
             self.sites.extend(_with_twin(site, eager_sites) for site in export_sites)
         for graph_nodes in (nodes, export_nodes):
             self.covered |= {_join(name, str(pool.node.target)) for pool in graph_nodes if pool.node.op == "call_module"}
@@ -189,14 +189,19 @@ class _Finder:
         for leaf in traced.opaque_leaves:  # hooked, scripted and flag-reading leaves: their calls stay
             self.visit(module.get_submodule(leaf), _join(name, leaf))
 
-    def _runs(self, recording: Recording, name: str, traced: Traced) -> list[list[PoolEvent]]:
-        """The calls the graph of ``name`` makes, per run: those of its own forward, for a shallow graph;
+    def _runs(self, recording: Recording, module: nn.Module, traced: Traced) -> list[list[PoolEvent]]:
+        """The calls the graph of ``module`` makes, per run of it under any of its names (a module shared
+        by several parents runs its one graph for all): those of its own forward, for a shallow graph;
         else all within it but those inside the leaves it did not look into."""
-        within = recording.within(name)
-        if traced.shallow:
-            return _runs_of(name, [e for e in within if _caller(e) == name])
-        inside_opaque = {id(e) for leaf in traced.opaque_leaves for e in recording.within(_join(name, leaf))}
-        return _runs_of(name, [e for e in within if id(e) not in inside_opaque])
+        runs = []
+        for name in self.paths[id(module)]:
+            within = recording.within(name)
+            if traced.shallow:
+                runs += _runs_of(name, [e for e in within if _caller(e) == name])
+                continue
+            inside_opaque = {id(e) for leaf in traced.opaque_leaves for e in recording.within(_join(name, leaf))}
+            runs += _runs_of(name, [e for e in within if id(e) not in inside_opaque])
+        return runs
 
     def _node_sites(
         self, traced: TracedModule, gm: fx.GraphModule, nodes: list[PoolNode], runs: list[list[PoolEvent]], suffix: str

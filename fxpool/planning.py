@@ -31,7 +31,9 @@ window by repeating its last position — and then a single MaxPool covers every
 Before any axis rule, :func:`decide_pool` asks the pool guards (``POOL_GUARDS``, then under
 ``dynamic=True`` ``DYNAMIC_GUARDS``) whether the pool can be replaced at all, from a
 :class:`PoolSighting` (how the pool is written and the sizes each run saw), and returns one
-:class:`PoolDecision`: the exact plan, the dynamic-size form, or nothing, with the reason.
+:class:`PoolDecision`: the exact plan, the dynamic-size form, or nothing, with the reason. A pool run
+at several sizes keeps a plan only where that plan is exact at every size (a mean over output-1
+axes, say: MONAI's QuickNAT shares one such pool among all its blocks), or takes the dynamic-size form.
 
 Nothing here knows of torch, torch.fx or ONNX.
 """
@@ -518,7 +520,6 @@ POOL_GUARDS: tuple[PoolGuard, ...] = (
     _indices_guard,
     _quantized_guard,
     _non_empty_guard,
-    _one_size_guard,
 )
 DYNAMIC_GUARDS: tuple[PoolGuard, ...] = (_fixed_request_guard,)
 
@@ -558,8 +559,11 @@ def decide_pool(sighting: PoolSighting, dynamic: bool = False) -> PoolDecision:
     in_sizes, out_sizes = sighting.runs[0]
     follows = tuple(s is None for s in sighting.requested) if sighting.requested else None
     plan = choose_plan(sighting.family, in_sizes, out_sizes, follows, scaled_output=sighting.requested is None)
-    if not dynamic or plan.size_agnostic:
-        return PoolDecision("exact", plan.reasons(), plan)
+    several = _one_size_guard(sighting)  # runs at several sizes: only a plan exact at every size serves them all
+    if plan.size_agnostic:
+        return PoolDecision("exact", plan.reasons() + (f" (exact at every size: {several})" if several else ""), plan)
+    if not dynamic:
+        return PoolDecision("left", several) if several else PoolDecision("exact", plan.reasons(), plan)
     for guard in DYNAMIC_GUARDS:
         why = guard(sighting)
         if why:

@@ -474,3 +474,47 @@ def test_a_converted_max_mean_traces_again_and_keeps_pytorchs_tie_gradients() ->
         assert torch.equal(ours.grad, theirs.grad)
     with torch.no_grad():
         assert torch.equal(traced(x), model(x))
+
+
+class SharedSqueeze(nn.Module):
+    """One squeeze-excitation block (and its pool) shared by every stage, as MONAI's QuickNAT builds it."""
+
+    def __init__(self, output: int = 1) -> None:
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(output)
+        self.scale = nn.Conv2d(3, 3, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        squeezed = self.pool(x)
+        if x.shape[-1] < 0:  # untraceable on purpose: a pool module needs no trace
+            return x
+        return x * torch.sigmoid(self.scale(squeezed)).mean()
+
+
+class Stages(nn.Module):
+    def __init__(self, output: int = 1) -> None:
+        super().__init__()
+        shared = SharedSqueeze(output)
+        self.stages = nn.ModuleList(nn.Sequential(nn.Conv2d(3, 3, 3, padding=1), shared) for _ in range(3))
+        self.down = nn.AvgPool2d(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for stage in self.stages:
+            x = self.down(stage(x))
+        return x
+
+
+def test_one_pool_shared_by_every_stage_at_every_size_is_one_record_of_all_its_calls() -> None:
+    model, x = Stages(1).eval(), torch.randn(1, 3, 32, 32)
+    converted = fxpool.convert(model, x, strict=True)
+    (record,) = report_of(converted).records
+    assert record.calls == 3 and record.kind == "mean" and "exact at every size" in record.reason
+    torch.testing.assert_close(converted(x), model(x), **F32)
+
+
+def test_a_shared_pool_that_is_not_exact_at_every_size_is_left_saying_so() -> None:
+    model, x = Stages(3).eval(), torch.randn(1, 3, 32, 32)  # 32->3, 16->3, 8->3: no one plan serves all
+    report = report_of(fxpool.convert(model, x))
+    (record,) = report.records
+    assert not record.converted and record.calls == 3 and "different sizes" in record.reason
+    assert fxpool.report_of(fxpool.convert(model, x, dynamic=True)).records[0].converted  # one form for every size
