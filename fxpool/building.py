@@ -40,14 +40,19 @@ class Built:
     changed: bool
 
 
-def build(root: nn.Module, found: FoundPools, decisions: Sequence[SiteDecision], fallback_device: torch.device) -> Built:
-    """Put the replacement of every replaced site of ``found`` into ``root`` (the caller's copy)."""
+def build(
+    root: nn.Module, found: FoundPools, decisions: Sequence[SiteDecision], fallback_device: torch.device, quantizable: bool = False
+) -> Built:
+    """Put the replacement of every replaced site of ``found`` into ``root`` (the caller's copy).
+
+    ``quantizable``: the replacements export their averaging matrices as ONNX Einsum (see
+    :func:`~fxpool.replacements.einsum_along`)."""
     made: dict[str, nn.Module] = {}  # location -> its replacement
     for chosen in decisions:
         site = chosen.site
         if site.twin is not None or not chosen.replaced:
             continue
-        replacement = replacement_module(chosen, site.events[0], fallback_device)
+        replacement = replacement_module(chosen, site.events[0], fallback_device, quantizable)
         if site.hooks_from is not None:
             carry_hooks(site.hooks_from, replacement)
         made[site.location] = replacement
@@ -72,7 +77,9 @@ def build(root: nn.Module, found: FoundPools, decisions: Sequence[SiteDecision],
     return Built(root, True)
 
 
-def replacement_module(chosen: SiteDecision, event: PoolEvent, fallback_device: torch.device) -> nn.Module:
+def replacement_module(
+    chosen: SiteDecision, event: PoolEvent, fallback_device: torch.device, quantizable: bool = False
+) -> nn.Module:
     """The module that computes the decided plan (or the dynamic-size form) for ``event``'s pool."""
     decision, location = chosen.decision, chosen.site.location
     plan = decision.plan
@@ -84,9 +91,8 @@ def replacement_module(chosen: SiteDecision, event: PoolEvent, fallback_device: 
     else:
         device = fallback_device if event.device.type == "meta" else event.device
         weight_dtype = torch.float64 if event.dtype == torch.float64 else torch.float32
-        replacement = ExactAdaptivePool(
-            plan, location, weight_dtype, device, batched=len(event.input_shape) == event.spatial_dims + 2
-        )
+        batched = len(event.input_shape) == event.spatial_dims + 2
+        replacement = ExactAdaptivePool(plan, location, weight_dtype, device, batched=batched, quantizable=quantizable)
     replacement.train(False)  # replacements hold no training-dependent state; keep them out of train mode
     return replacement
 

@@ -49,6 +49,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     export.add_argument("--opset", type=int, default=None, help="ONNX opset version")
     export.add_argument("--dynamic-batch", action="store_true", help="make axis 0 of the input dynamic")
     export.add_argument("--no-verify", action="store_true", help="skip onnx.checker and onnxruntime")
+    export.add_argument(
+        "--quantizable",
+        action="store_true",
+        help="averaging matrices as ONNX Einsum, which onnxruntime's quantizers leave in float as they do the native pools",
+    )
 
     zoo = commands.add_parser("zoo", help="run the torchvision model-zoo sweep (model_zoo_checks)", add_help=False)
     zoo.add_argument("rest", nargs=argparse.REMAINDER)
@@ -124,13 +129,21 @@ def _run(args: argparse.Namespace, model: nn.Module) -> int:
         else:
             options["dynamic_axes"] = {"input": {a: f"d{a}" for a in axes}}
     result = fxpool.export(
-        model, example, args.output, verify=not args.no_verify, dynamic=args.dynamic_hw, strict=args.strict, **options
+        model,
+        example,
+        args.output,
+        verify=not args.no_verify,
+        dynamic=args.dynamic_hw,
+        strict=args.strict,
+        quantizable=args.quantizable,
+        **options,
     )
     summary = {
         "path": result.path,
         "ops": result.op_histogram,
         "max_abs_error": result.max_abs_error,
         "verified": result.verified,
+        "pool_nodes": result.pool_nodes,
         "report": result.report.to_dict() if args.json else result.report.summary(),
     }
     print(

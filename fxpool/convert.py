@@ -50,6 +50,7 @@ def convert(
     example_kwargs: Mapping[str, Any] | None = None,
     strict: bool = False,
     dynamic: bool = False,
+    quantizable: bool = False,
 ) -> nn.Module:
     """Return a model that computes the same function with every adaptive pool replaced exactly.
 
@@ -67,7 +68,10 @@ def convert(
     :func:`~fxpool.report.report_of` gives its :class:`~fxpool.report.ConversionReport`. With
     ``strict=True`` any pool that would be left to PyTorch raises
     :class:`~fxpool.errors.UnconvertedPoolError`, and a self-check that did not pass at once raises
-    :class:`~fxpool.errors.SelfCheckError`.
+    :class:`~fxpool.errors.SelfCheckError`. With ``quantizable=True`` the replacements export their
+    averaging matrices as ONNX ``Einsum`` rather than ``MatMul``: onnxruntime's quantizers
+    (``quantize_dynamic``, ``quantize_static``) then leave them in float, as they leave the native
+    pools, instead of rounding the 1/k entries to 8 bits (needs opset 12 or later).
 
     >>> import torch, torchvision
     >>> from fxpool import report_of
@@ -77,7 +81,7 @@ def convert(
     >>> report_of(converted).check.status
     'passed'
     """
-    converted, report = _convert(model, read_example(example_input, example_kwargs), dynamic)
+    converted, report = _convert(model, read_example(example_input, example_kwargs), dynamic, quantizable)
     if strict:
         enforce_strict(report, for_export=False)
     setattr(converted, REPORT_ATTRIBUTE, report)
@@ -128,7 +132,7 @@ class _Round:
         return ConversionReport(records, self.found.traced_names, self.found.untraceable, self.check)
 
 
-def _convert(model: nn.Module, example: Example, dynamic: bool) -> tuple[nn.Module, ConversionReport]:
+def _convert(model: nn.Module, example: Example, dynamic: bool, quantizable: bool = False) -> tuple[nn.Module, ConversionReport]:
     if isinstance(model, torch.jit.ScriptModule):
         raise UnsupportedModelError(
             f"fxpool.convert got a TorchScript module ({type(model).__name__}); TorchScript code cannot be "
@@ -149,7 +153,7 @@ def _convert(model: nn.Module, example: Example, dynamic: bool) -> tuple[nn.Modu
             copy = structural_copy(model)
             found = find_pools(copy, recording, refused_traces=undo.traces)
             decisions = tuple(decide(site, dynamic=dynamic, undone=undo.replacements.get(site.location)) for site in found.sites)
-            built = build(copy, found, decisions, fallback_device)
+            built = build(copy, found, decisions, fallback_device, quantizable)
             check = _check(built.root, example, recording) if built.changed else _unchanged_check(undone=bool(applied))
             result = _Round(found, decisions, built.root, check.with_actions(applied))
             first = first or result

@@ -15,6 +15,7 @@ onnx and onnxruntime are imported only when needed (the ``fxpool[onnx]`` extra).
 
 from __future__ import annotations
 
+import ast
 import logging
 import os
 import re
@@ -23,7 +24,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO
 
 import torch
@@ -49,6 +50,8 @@ class ExportResult:
     max_abs_error: float | None  # onnxruntime against PyTorch on the example input; None unverified
     max_rel_error: float | None
     verified: str = ""  # what was run where, in words ("" unverified)
+    # The ONNX node names each replacement became, by its report location (quantizers' nodes_to_exclude)
+    pool_nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def export(
@@ -59,6 +62,7 @@ def export(
     verify: bool = True,
     dynamic: bool = False,
     strict: bool = False,
+    quantizable: bool = False,
     rtol: float = 1e-4,
     atol: float = 1e-5,
     **kwargs: Any,
@@ -75,6 +79,8 @@ def export(
     ``example_input`` is ``torch.onnx.export``'s ``args`` and a ``kwargs=`` keyword its
     ``kwargs``, read the same way (a dict ending ``args`` holds the keyword arguments). ``f`` is a
     path or, as for ``torch.onnx.export``, a binary file object, written only once the graph verifies.
+    ``quantizable`` is :func:`~fxpool.convert`'s. :attr:`ExportResult.pool_nodes` names the ONNX nodes
+    each replacement became (for a quantizer's list of nodes to keep in float, say).
     """
     example = read_example(example_input, kwargs.pop("kwargs", None))
     train = _exports_in_train_mode(model, kwargs)
@@ -84,7 +90,7 @@ def export(
             "batch statistics make onnxruntime and PyTorch disagree by design; pass verify=False"
         )
     reference = structural_copy(model, clone_buffers=True).train(train)
-    converted = convert(reference, example, dynamic=dynamic)
+    converted = convert(reference, example, dynamic=dynamic, quantizable=quantizable)
     if strict:
         enforce_strict(report_of(converted), for_export=True)
     refuse_dynamic_spatial_axes_for(converted, kwargs)
@@ -127,13 +133,39 @@ def _export_file(
         raise
     except Exception as error:  # the exporters' errors have no common base class
         raise ExportFailedError(export_failure(error, report_of(converted))) from error
-    histogram = op_histogram(path)
+    histogram, nodes = op_histogram(path), pool_nodes(path, converted)
     if not verify:
-        return ExportResult(path, report_of(converted), histogram, None, None)
+        return ExportResult(path, report_of(converted), histogram, None, None, pool_nodes=nodes)
     verification = verify_onnx(path, reference, example, rtol=rtol, atol=atol)
     return ExportResult(
-        path, report_of(converted), histogram, verification.max_abs_error, verification.max_rel_error, verification.how
+        path, report_of(converted), histogram, verification.max_abs_error, verification.max_rel_error, verification.how, nodes
     )
+
+
+def pool_nodes(path: str, converted: nn.Module) -> dict[str, tuple[str, ...]]:
+    """The nodes of the ONNX graph at ``path`` that each replacement of ``converted`` became, by location.
+
+    Both exporters say where a node comes from: the dynamo exporter in its ``pkg.torch.onnx.name_scopes``
+    metadata (the module path, then the op), the TorchScript exporter in the node's name
+    (``/features/avgpool/MatMul``). A node belongs to the replacement whose module path is the longest
+    prefix of its own.
+    """
+    import onnx
+
+    modules = {name: module.location for name, module in converted.named_modules() if hasattr(module, "fxpool_native_reference")}
+    found: dict[str, list[str]] = {}
+    for node in onnx.load(path, load_external_data=False).graph.node:
+        scopes = next((p.value for p in node.metadata_props if p.key == "pkg.torch.onnx.name_scopes"), None)
+        if scopes is not None:
+            parts = [part for part in ast.literal_eval(scopes)[:-1] if part]
+        else:
+            parts = [part for part in node.name.split("/")[:-1] if part]
+        for end in range(len(parts), 0, -1):
+            location = modules.get(".".join(parts[:end]))
+            if location is not None:
+                found.setdefault(location, []).append(node.name)
+                break
+    return {location: tuple(names) for location, names in found.items()}
 
 
 # Loggers the exporters warn through on every successful export (e.g. "torchvision is not
@@ -254,6 +286,7 @@ def _export_with_translations(export_fn: Any, model: Any, args: Any, f: Any, *re
 class _HookOptions:
     strict: bool
     dynamic: bool
+    quantizable: bool
 
 
 _hooks_here = threading.local()  # .active: this thread's entered hooks, innermost last
@@ -270,7 +303,7 @@ def _hooked_export(model: Any, args: Any = (), f: Any = None, *rest: Any, **kwar
         return original(model, args, f, *rest, **kwargs)
     options = active[-1]
     if isinstance(model, nn.Module) and not hasattr(model, REPORT_ATTRIBUTE):
-        model = convert(model, read_example(args, kwargs.get("kwargs")), dynamic=options.dynamic)
+        model = convert(model, read_example(args, kwargs.get("kwargs")), dynamic=options.dynamic, quantizable=options.quantizable)
         if options.strict:
             enforce_strict(report_of(model), for_export=True)
     report = getattr(model, REPORT_ATTRIBUTE, None)
@@ -287,7 +320,7 @@ def _hooked_export(model: Any, args: Any = (), f: Any = None, *rest: Any, **kwar
 
 
 @contextmanager
-def onnx_export_hook(*, strict: bool = False, dynamic: bool = False) -> Iterator[None]:
+def onnx_export_hook(*, strict: bool = False, dynamic: bool = False, quantizable: bool = False) -> Iterator[None]:
     """Within this block, ``torch.onnx.export(model, args, ...)`` exports ``fxpool.convert(model, args)``.
 
     The caller's model is untouched; already-converted models are exported as they are. The hook
@@ -295,7 +328,7 @@ def onnx_export_hook(*, strict: bool = False, dynamic: bool = False) -> Iterator
     may be left in any order; ``torch.onnx.export`` is restored when the last one is left.
     """
     global _hooks_entered, _unpatched_export
-    options = _HookOptions(strict, dynamic)
+    options = _HookOptions(strict, dynamic, quantizable)
     with LOCK:
         if _hooks_entered == 0:
             _unpatched_export = torch.onnx.export

@@ -180,11 +180,14 @@ class ExactAdaptivePool(nn.Module):
         weight_dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
         batched: bool = True,
+        quantizable: bool = False,
     ) -> None:
         super().__init__()
         self.plan = plan
         self.location = location
         self.batched = batched  # the traced input had a batch axis (eager follows the input's rank)
+        # Under ONNX export, averaging matrices as Einsum, which onnxruntime's quantizers leave in float.
+        self.quantizable = quantizable
         expected: list[int | None] = [None] * plan.spatial_dims
         for axis in plan.guarded_axes:
             expected[axis] = plan.in_sizes[axis]
@@ -302,6 +305,7 @@ class ExactAdaptivePool(nn.Module):
         if upcast:
             x = x.to(torch.promote_types(dtype, torch.float32))
         order = (self.plan.eager_order if eager else ()) or self._step_order
+        einsum = self.quantizable and not eager and torch.onnx.is_in_onnx_export()
         for index in order:
             step = self.plan.steps[index]
             if isinstance(step, PoolStep):
@@ -309,6 +313,8 @@ class ExactAdaptivePool(nn.Module):
                 x = pool(x, step.kernel, step.stride)
             elif isinstance(step, ReduceStep):
                 x = _reduce(x, step, dims)
+            elif isinstance(step, MatmulStep) and einsum:
+                x = einsum_along(x, self._weight_for(index, x), step.axis - dims)
             elif isinstance(step, MatmulStep):
                 x = matmul_along(
                     x,
@@ -318,7 +324,7 @@ class ExactAdaptivePool(nn.Module):
                     exporting=not eager and torch.onnx.is_in_onnx_export(),
                 )
             elif isinstance(step, KroneckerStep):
-                x = _kronecker(x, self._weight_for(index, x), step)
+                x = _kronecker(x, self._weight_for(index, x), step, einsum)
             elif isinstance(step, WindowGatherStep):
                 if step.zero_padded:  # one zero at the end of the axis, where the padding indices point
                     x = torch.cat([x, torch.zeros_like(x.narrow(step.axis - dims, 0, 1))], step.axis - dims)
@@ -458,9 +464,21 @@ def matmul_along(
     return F.linear(x.transpose(dim, -1).contiguous(), weight).transpose(dim, -1)
 
 
-def _kronecker(x: torch.Tensor, weight: torch.Tensor, step: KroneckerStep) -> torch.Tensor:
+def einsum_along(x: torch.Tensor, weight: torch.Tensor, dim: int) -> torch.Tensor:
+    """Average along ``dim`` (negative) by its (out x in) matrix as one einsum: an ONNX ``Einsum``.
+
+    onnxruntime's quantizers (``quantize_dynamic``, ``quantize_static`` in QDQ) quantize every MatMul,
+    the averaging matrix as an 8-bit weight whose 1/k entries do not survive, but leave an Einsum in
+    float, as they leave the native AveragePool and ReduceMean (``quantizable=True``).
+    """
+    letters = "abcdefgh"[:-dim]
+    out = "z" + letters[1:]
+    return torch.einsum(f"...{letters},z{letters[0]}->...{out}", x, _cast_like(weight, x))
+
+
+def _kronecker(x: torch.Tensor, weight: torch.Tensor, step: KroneckerStep, einsum: bool = False) -> torch.Tensor:
     flat = torch.flatten(x.contiguous(), start_dim=x.dim() - len(step.axes))
-    y = F.linear(flat, _cast_like(weight, x))
+    y = einsum_along(flat, weight, -1) if einsum else F.linear(flat, _cast_like(weight, x))
     # reshape, not unflatten: the TorchScript exporter translates aten::unflatten only from opset 13;
     # y.shape[:-1] is not made a tuple, since a Proxy under torch.fx cannot be iterated
     return y.reshape(y.shape[:-1] + tuple(step.out_sizes))

@@ -16,6 +16,8 @@ repeat, after a warm-up, and the median of the repeats is reported. Sections:
 - ``longaxis``: 1d average pools over lengths 10^2..10^6, averaging matrix against gathered windows
   against native, and the bytes each form keeps: what :data:`fxpool.planning.LONG_AXIS_MATRIX_ELEMENTS`
   is fitted to.
+- ``quantization``: onnxruntime's dynamic and static (QDQ) quantizers on the original's graph and on
+  fxpool's, per replacement kind and on zoo models (:mod:`model_zoo_checks.quantization`).
 
 Run ``python -m model_zoo_checks.benchmarks`` (``make bench``); results go to ``reports/bench.json``
 and print as markdown tables.
@@ -40,7 +42,7 @@ from fxpool.exporting import exporter_reason
 from fxpool.planning import choose_plan, kronecker_cost
 from fxpool.replacements import averaging_matrix, kronecker_matrix, matmul_along
 
-from . import model_benchmarks
+from . import model_benchmarks, quantization
 from .options import DTYPES, add_device_options, device_and_dtypes, ort_sessions
 from .timing import side_by_side
 
@@ -414,8 +416,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--sections",
         nargs="*",
-        default=["pools", "convert", "kronecker", "longaxis"],
-        choices=["pools", "convert", "kronecker", "longaxis", "models", "compile", "aoti"],
+        default=["pools", "convert", "kronecker", "longaxis", "quantization"],
+        choices=["pools", "convert", "kronecker", "longaxis", "quantization", "models", "compile", "aoti"],
         help="models, compile and aoti (whole models, torch.compile, AOTInductor: model_zoo_checks.model_benchmarks) "
         "are asked for by name; make gpu-checks runs them on the GPU",
     )
@@ -452,6 +454,7 @@ HEADERS = {
     "|---|---|---|---|---|\n",
     "longaxis": "\n| L→O (1d, C=16) | matrix keeps | gather keeps | fwd matrix / gather | fwd gather / native | chosen |\n"
     "|---|---|---|---|---|---|\n",
+    "quantization": "\n" + quantization.HEADER,
     "models": "\n| model | size | dtype | original ms | converted ms | converted / original |\n|---|---|---|---|---|---|\n",
     "compile": "\n| torch.compile(fullgraph=True) | dtype | converted / original |\n|---|---|---|\n",
 }
@@ -466,6 +469,8 @@ def run_section(section: str, args: argparse.Namespace, device: str, dtypes: tup
         return kronecker_section(args.repeats)
     if section == "longaxis":
         return long_axis_section(args.repeats)
+    if section == "quantization":
+        return quantization.quantization_section()
     if section == "models":
         return model_benchmarks.models_section(device, dtypes, args.repeats)
     if section == "compile":

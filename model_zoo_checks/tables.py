@@ -178,6 +178,16 @@ def bench_markdown(results: dict[str, Any]) -> str:
                     for r in results[key]
                 ],
             ) + [""]
+    if results.get("quantization"):
+        from .quantization import GRAPHS, QUANTIZERS, within_bounds
+
+        lines += ["## Quantization: relative L2 error against the float model", ""]
+        header = ["case"] + [f"{q}: {g}" for q in QUANTIZERS for g in GRAPHS] + [f"{q}: within bound" for q in QUANTIZERS]
+        rows = []
+        for row in results["quantization"]:
+            cells = [row["case"]] + [_fmt(row[f"{g} / {q}"], ".1e") for q in QUANTIZERS for g in GRAPHS]
+            rows.append(cells + ["yes" if within_bounds(row, q) else "NO" for q in QUANTIZERS])
+        lines += _table(header, rows) + [""]
     if results.get("aoti"):
         lines += ["## AOTInductor packages, converted over original", ""]
         lines += _table(

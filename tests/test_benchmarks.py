@@ -56,3 +56,16 @@ def test_gpu_eager_case_in_every_dtype() -> None:
     for dtype in benchmarks.DTYPES.values():
         row = benchmarks.eager_case("avg", (2, 64, 10, 10), (7, 7), repeats=2, device="cuda", dtype=dtype)
         assert all(t > 0 for t in row.values())
+
+
+def test_the_quantizable_graph_quantizes_as_well_as_the_native_pool(tmp_path) -> None:
+    pytest.importorskip("onnxruntime.quantization")
+    from model_zoo_checks import quantization
+
+    cases = [(name, build(), shape) for name, build, shape in quantization.POOL_CASES if name.startswith(("10->7", "33->6"))]
+    rows = quantization.case_rows(cases, tmp_path)
+    for row in rows:
+        for quantizer in quantization.QUANTIZERS:
+            assert quantization.within_bounds(row, quantizer), row
+        # the default MatMul graph is the one that loses accuracy under dynamic quantization
+        assert row["fxpool / dynamic"] > 1.2 * row["original / dynamic"], row

@@ -485,3 +485,18 @@ def test_an_export_time_pool_in_bfloat16_exports_with_bfloat16_weights(dynamo: b
     onnx.checker.check_model(model)
     assert "MatMul" in {node.op_type for node in model.graph.node}
     assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_a_quantizable_export_carries_its_averaging_matrices_as_einsum_and_names_the_pools_nodes(dynamo: bool, tmp_path) -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.AdaptiveAvgPool2d(7), nn.Conv2d(4, 4, 1), nn.AdaptiveAvgPool2d((3, 5))).eval()
+    x = torch.randn(1, 3, 33, 33)  # 33 -> 7 separable matmuls, then 7 -> (3, 5) Kronecker
+    result = fxpool.export(model, x, tmp_path / "q.onnx", dynamo=dynamo, quantizable=True)
+    assert result.op_histogram.get("Einsum") == 3 and "MatMul" not in result.op_histogram, result.op_histogram
+    assert result.max_abs_error is not None and result.max_abs_error < 1e-5
+    assert set(result.pool_nodes) == {"1", "3"}
+    assert all(any("insum" in name or "Einsum" in name for name in nodes) for nodes in result.pool_nodes.values()), (
+        result.pool_nodes
+    )
+    default = fxpool.export(model, x, tmp_path / "d.onnx", dynamo=dynamo)
+    assert "Einsum" not in default.op_histogram and default.op_histogram.get("MatMul") == 3
