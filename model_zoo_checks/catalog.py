@@ -143,6 +143,9 @@ def installed(suite: str) -> bool:
     return importlib.util.find_spec(SUITE_PACKAGES[suite]) is not None
 
 
+DEFAULT_SHAPES: dict[str, tuple[int, ...]] = {**transformers_suite.DEFAULT_SHAPES}
+
+
 def default_names(suites: Sequence[str]) -> list[str]:
     """The default sweep's models of these suites (a few per suite beside torchvision's dozen)."""
     return [name for suite in suites for name in (TORCHVISION_DEFAULT if suite == "torchvision" else SUITE_MODULES[suite].DEFAULT)]

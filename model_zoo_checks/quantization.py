@@ -132,11 +132,16 @@ def _quantized_error(
             return next(self.feeds, None)
 
     out = f"{path}.{quantizer.split()[0]}.{len(exclude)}.onnx"
-    logging.getLogger("root").setLevel(logging.ERROR)  # the quantizers log every skipped node at WARNING
-    if quantizer == "dynamic":
-        quantize_dynamic(path, out, weight_type=QuantType.QInt8, nodes_to_exclude=exclude)
-    else:
-        quantize_static(path, out, Reader(), quant_format=QuantFormat.QDQ, nodes_to_exclude=exclude)
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # the quantizers log every node they leave alone at WARNING
+    try:
+        if quantizer == "dynamic":
+            quantize_dynamic(path, out, weight_type=QuantType.QInt8, nodes_to_exclude=exclude)
+        else:
+            quantize_static(path, out, Reader(), quant_format=QuantFormat.QDQ, nodes_to_exclude=exclude)
+    finally:
+        root.setLevel(level)
     session = onnxruntime.InferenceSession(out, providers=["CPUExecutionProvider"])
     got = np.concatenate([session.run(None, {"x": x.numpy()})[0].ravel() for x in tests])
     want = np.concatenate([e.ravel() for e in expected])

@@ -48,7 +48,7 @@ from fxpool.verifying import op_histogram, run_onnxruntime, verify_onnx
 
 from .benchmarks import onnx_case
 from .capture import captured, console
-from .catalog import KNOWN_LIMITATIONS, SUITES, build, default_names, input_shapes, installed, suite_of, swept_names
+from .catalog import DEFAULT_SHAPES, KNOWN_LIMITATIONS, SUITES, build, default_names, input_shapes, installed, suite_of, swept_names
 from .census import pool_calls
 from .options import DTYPES, add_device_options, device_and_dtypes, ort_provider, ort_sessions
 from .reporting import counts, summary, write_reports
@@ -676,6 +676,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--suite {suite}: the package is not installed; pip install -e '.[{suite}]'")
     names = swept_names(suites) if args.all else list(args.models or default_names(suites))
     jobs = [(n, s) for n in names for s in input_shapes(n, args.sizes, with_native=args.all)]
+    if not args.all and not args.models and not args.sizes:  # the default set: one shape for its slowest models
+        jobs = [(n, s) for n, s in jobs if n not in DEFAULT_SHAPES] + [
+            (n, DEFAULT_SHAPES[n]) for n in dict.fromkeys(n for n, _ in jobs if n in DEFAULT_SHAPES)
+        ]
     shard, shards = args.shard
     jobs = jobs[shard - 1 :: shards]
     folder = Path(args.report)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from models import ExportBranch
 from torch import nn
 
 from fxpool.building import build
@@ -88,17 +89,6 @@ def test_nothing_replaced_leaves_the_copy_as_it_was() -> None:
     model = nn.Sequential(nn.Conv2d(3, 3, 1), nn.AdaptiveAvgPool2d(4))
     copy, built = _build(model, torch.randn(1, 3, 9, 9), undone={"1": "undone"})
     assert not built.changed and built.root is copy and graph_of(copy) is None and type(copy[1]) is nn.AdaptiveAvgPool2d
-
-
-class ExportBranch(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.pool = nn.AdaptiveAvgPool2d(4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.onnx.is_in_onnx_export():
-            return self.pool(x) + F.interpolate(x, size=(4, 4), mode="area")
-        return self.pool(x) * 2
 
 
 def test_an_export_twin_runs_the_very_replacement_of_its_eager_call() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from models import ExportBranch
 from torch import nn
 
 from fxpool.copying import structural_copy
@@ -90,19 +91,6 @@ def test_a_refused_trace_is_visited_below_with_its_reason() -> None:
     _, found = _find(nn.Sequential(nn.Conv2d(3, 3, 1), Traceable()), torch.randn(2, 3, 8, 8), refused_traces={"1": "refused"})
     assert ("1", "refused") in found.untraceable and found.traced_names == ()
     assert [(s.location, s.left is None) for s in found.sites] == [("1.pool", True), ("1:F.adaptive_max_pool2d#0", False)]
-
-
-class ExportBranch(nn.Module):
-    """The same pool module in both branches, and an area interpolate under export only."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.pool = nn.AdaptiveAvgPool2d(4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.onnx.is_in_onnx_export():
-            return self.pool(x) + F.interpolate(x, size=(4, 4), mode="area")
-        return self.pool(x) * 2
 
 
 def test_an_export_branch_gives_sites_of_its_own_and_twins_of_the_eager_calls() -> None:
