@@ -36,7 +36,7 @@ step() {  # step NAME SECONDS COMMAND...: run it under a time limit, its output 
 }
 step environment 60 "$PY" -c "import torch, sys; print(sys.version); print(torch.__version__, torch.cuda.is_available() and torch.cuda.get_device_name())"
 if [ "$DEVICE" = cuda ]; then
-    step cuda-tests 150 "$PY" -m pytest -q -p no:cacheprovider -m cuda tests
+    step cuda-tests 150 "$PY" -m pytest -q -p no:cacheprovider -n 4 -m cuda tests
 else  # the CPU rehearsal: the device tests skip their CUDA half
     step cuda-tests 150 "$PY" -m pytest -q -p no:cacheprovider tests/test_devices.py
 fi
