@@ -308,7 +308,9 @@ class ExactAdaptivePool(nn.Module):
         einsum = self.quantizable and not eager and torch.onnx.is_in_onnx_export()
         for index in order:
             step = self.plan.steps[index]
-            if isinstance(step, PoolStep):
+            if isinstance(step, PoolStep) and dims == 3 and step.family == "avg" and _exporting_for_torch_runtimes():
+                x = avg_pool3d_as_2d(x, step.kernel, step.stride)
+            elif isinstance(step, PoolStep):
                 pool = _AVG_POOLS[dims] if step.family == "avg" else _MAX_POOLS[dims]
                 x = pool(x, step.kernel, step.stride)
             elif isinstance(step, ReduceStep):
@@ -373,6 +375,22 @@ def traced_forms() -> Iterator[None]:
         yield
     finally:
         _TRACED_FORMS.on = saved
+
+
+def _exporting_for_torch_runtimes() -> bool:
+    """torch.export for a PyTorch runtime (ExecuTorch, AOTInductor), not on its way to ONNX."""
+    return torch.compiler.is_exporting() and not torch.onnx.is_in_onnx_export()
+
+
+def avg_pool3d_as_2d(x: torch.Tensor, kernel: tuple[int, ...], stride: tuple[int, ...]) -> torch.Tensor:
+    """A 3d average pool as two 2d ones (an average over a box is the average over D of the averages over
+    H and W): ExecuTorch's runtime has no avg_pool3d kernel (a program holding one fails to load), so
+    under torch.export fxpool emits this; ONNX has a 3d AveragePool and keeps it."""
+    *lead, depth, height, width = x.shape
+    planes = F.avg_pool2d(x.reshape(-1, height, width), kernel[1:], stride[1:])  # H and W, every (lead, D) plane
+    out_h, out_w = planes.shape[-2:]
+    columns = F.avg_pool2d(planes.reshape(-1, depth, out_h * out_w), (kernel[0], 1), (stride[0], 1))  # D
+    return columns.reshape(*lead, columns.shape[-2], out_h, out_w)
 
 
 def _fast_eager_kind(plan: PoolPlan, native_in_eager: bool, sizes_fixed: bool) -> str:

@@ -421,3 +421,17 @@ def test_torch_compile_gets_pytorchs_own_pool_and_exporters_the_portable_form(fa
     assert f"adaptive_{family}_pool2d" in graphs[0].code  # inductor lowers the native op itself
     program = torch.export.export(module, (x,))  # an exporter: the plan's plain ops, no adaptive pool
     assert not [n for n in program.graph.nodes if n.op == "call_function" and "adaptive" in str(n.target)]
+
+
+def test_a_3d_average_pool_is_two_2d_pools_under_torch_export_and_stays_3d_in_onnx(tmp_path) -> None:
+    # ExecuTorch's runtime has no avg_pool3d kernel; ONNX has a 3d AveragePool.
+    from fxpool.verifying import op_histogram
+
+    module = ExactAdaptivePool(choose_plan("avg", (7, 10, 10), (3, 5, 5)), "pool3d")
+    for x in (torch.randn(2, 4, 7, 10, 10), torch.randn(4, 7, 10, 10)):
+        program = torch.export.export(module, (x,))
+        targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+        assert "aten.avg_pool2d.default" in targets and not any("pool3d" in t for t in targets), targets
+        torch.testing.assert_close(program.module()(x), F.adaptive_avg_pool3d(x, (3, 5, 5)), **TOLERANCE[torch.float32])
+    torch.onnx.export(module, (torch.randn(2, 4, 7, 10, 10),), str(tmp_path / "p.onnx"), dynamo=True, verbose=False)
+    assert op_histogram(str(tmp_path / "p.onnx")).get("AveragePool") == 1
