@@ -387,9 +387,10 @@ def avg_pool3d_as_2d(x: torch.Tensor, kernel: tuple[int, ...], stride: tuple[int
     H and W): ExecuTorch's runtime has no avg_pool3d kernel (a program holding one fails to load), so
     under torch.export fxpool emits this; ONNX has a 3d AveragePool and keeps it."""
     *lead, depth, height, width = x.shape
-    planes = F.avg_pool2d(x.reshape(-1, height, width), kernel[1:], stride[1:])  # H and W, every (lead, D) plane
+    # 4d tensors throughout: runtimes lay a 2d pool's input out as NCHW (XNNPACK, LiteRT's NHWC transpose)
+    planes = F.avg_pool2d(x.reshape(1, -1, height, width), kernel[1:], stride[1:])  # H and W, every (lead, D) plane
     out_h, out_w = planes.shape[-2:]
-    columns = F.avg_pool2d(planes.reshape(-1, depth, out_h * out_w), (kernel[0], 1), (stride[0], 1))  # D
+    columns = F.avg_pool2d(planes.reshape(1, -1, depth, out_h * out_w), (kernel[0], 1), (stride[0], 1))  # D
     return columns.reshape(*lead, columns.shape[-2], out_h, out_w)
 
 

@@ -80,8 +80,8 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], str]] = {
     "max 9->1": (lambda: nn.Sequential(nn.AdaptiveMaxPool2d(1)), (1, 8, 9, 9), "amax"),
     "psp pyramid 40": (lambda: PyramidPooling(), (1, 8, 40, 40), "pools to 1, 2, 3, 6 of 40x40"),
     "3d 7x10x10->3x5x5": (
-        lambda: nn.Sequential(nn.Conv3d(3, 8, 1), nn.AdaptiveAvgPool3d((3, 5, 5))),
-        (1, 3, 7, 10, 10),
+        lambda: nn.Sequential(nn.AdaptiveAvgPool3d((3, 5, 5))),  # no Conv3d: ExecuTorch's portable conv is 2d only
+        (1, 8, 7, 10, 10),
         "AvgPool3d k=(3,2,2) s=(2,2,2); two 2d pools under torch.export",
     ),
     "alexnet@160": (_torchvision("alexnet"), (1, 3, 160, 160), "4x4 -> 6x6"),
