@@ -127,9 +127,9 @@ class _Finder:
         if isinstance(module, torch.jit.ScriptModule):
             self._scripted(module, name)
             return
-        events = self.recording.within(name)
-        export_events = self.export.within(name) if self.export is not None else []
-        if not events and not export_events:
+        names = self.paths.get(id(module), [name])  # a module shared by several parents is visited once, for all
+        runs = [self.recording] + ([self.export] if self.export is not None else [])
+        if not any(run.within(alias) for run in runs for alias in names):
             return
         if describe_module(module) is not None:
             self.sites.append((name, module))
@@ -140,7 +140,7 @@ class _Finder:
         if name in self.refused:
             self._descend(module, name, self.refused[name])
             return
-        if name not in self.targets:  # nothing in its own forward needs a graph: its pools are found below
+        if not self.targets.intersection(names):  # nothing in its own forward needs a graph: its pools are below
             self._descend(module, name, None)
             return
         unpassed = _unpassed_in_every_call(module, self.recording.call_shapes.get(name, set()))
@@ -237,7 +237,8 @@ class _Finder:
             self.untraceable.append((name, why))
         for child_name, child in children(module):
             self.visit(child, _join(name, child_name))
-        direct = [e for e in self.recording.events if e.module_name is None and e.innermost == name]
+        names = set(self.paths.get(id(module), [name]))
+        direct = [e for e in self.recording.events if e.module_name is None and e.innermost in names]
         for k, event in enumerate(direct):
             reason = (
                 f"functional call inside the forward of {name or 'the model'}, which has no usable torch.fx graph ({why}); "
@@ -247,7 +248,7 @@ class _Finder:
         if self.export is None:
             return
         seen = {_call_key(e) for e in direct}
-        export_only = [e for e in self.export.events if e.module_name is None and e.innermost == name and _call_key(e) not in seen]
+        export_only = [e for e in self.export.events if e.module_name is None and e.innermost in names and _call_key(e) not in seen]
         for k, event in enumerate(export_only):
             reason = (
                 f"functional call in the export branch (torch.onnx.is_in_onnx_export()) of {name or 'the model'}, "

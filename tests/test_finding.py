@@ -123,3 +123,29 @@ def test_a_scripted_pool_is_a_left_site_with_its_output_size() -> None:
     assert eager.location == "0" and eager.left is None
     assert site.location == "1" and site.left is not None and "TorchScript" in site.left
     assert site.call.output_size == (2, 3) and site.call.op == "nn.AdaptiveAvgPool2d"
+
+
+class CallsTheSharedBlock(nn.Module):
+    """Holds a block it never calls (another parent calls the same object), beside a pool it calls."""
+
+    def __init__(self, block: nn.Module) -> None:
+        super().__init__()
+        self.pool = nn.AdaptiveMaxPool2d(5)
+        self.unused = block
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.pool(x).mean()
+
+
+class FunctionalBlock(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.adaptive_avg_pool2d(x, 3) * 2
+
+
+def test_a_shared_module_first_reached_where_it_is_never_called_is_still_found_by_its_calls() -> None:
+    block = FunctionalBlock()
+    model = nn.Sequential(CallsTheSharedBlock(block), block)  # the walk meets it as 0.unused first
+    _, found = _find(model, torch.randn(1, 3, 10, 10))
+    pool, functional = found.sites
+    assert pool.location == "0.pool" and pool.module is not None
+    assert functional.left is None and functional.node is not None and functional.events[0].output_shape == (1, 3, 3, 3)
