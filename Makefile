@@ -31,8 +31,8 @@ lint: $(STAMP)  ## ruff (lint and format) over everything, mypy over the package
 docs: $(STAMP)  ## the documentation site in site/ (strict: a broken reference or a missing result fails)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
-bench: $(STAMP)  ## the benchmark suite (writes reports/bench.json)
-	$(PY) -m model_zoo_checks.benchmarks $(BENCH_ARGS)
+bench: $(RT_STAMP)  ## the benchmark suite (writes reports/bench.json); in the runtimes' venv, for ExecuTorch and NNCF
+	PYTHONPATH=$(CURDIR) $(RT_VENV)/bin/python -m model_zoo_checks.benchmarks $(BENCH_ARGS)
 
 # The deployment runtimes go into a venv layered over .venv (its packages stay visible; the runtimes'
 # pins win inside it), so the test venv keeps its own versions.
@@ -40,7 +40,7 @@ $(RT_STAMP): $(STAMP) constraints.txt
 	$(PYTHON) -m venv $(RT_VENV)
 	$(RT_VENV)/bin/python -c "import site, sys; open(site.getsitepackages()[0] + '/fxpool-base.pth', 'w').write(sys.argv[1])" \
 		"$$($(PY) -c 'import site; print(site.getsitepackages()[0])')"
-	$(RT_VENV)/bin/python -m pip install -qq -c constraints.txt executorch litert-torch coremltools
+	$(RT_VENV)/bin/python -m pip install -qq -c constraints.txt executorch litert-torch coremltools nncf
 	touch $(RT_STAMP)
 
 runtimes: $(RT_STAMP)  ## the original and fxpool's conversion on ExecuTorch, LiteRT, Core ML, OpenVINO (TensorRT on CUDA)

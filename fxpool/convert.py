@@ -68,10 +68,11 @@ def convert(
     :func:`~fxpool.report.report_of` gives its :class:`~fxpool.report.ConversionReport`. With
     ``strict=True`` any pool that would be left to PyTorch raises
     :class:`~fxpool.errors.UnconvertedPoolError`, and a self-check that did not pass at once raises
-    :class:`~fxpool.errors.SelfCheckError`. With ``quantizable=True`` the replacements export their
-    averaging matrices as ONNX ``Einsum`` rather than ``MatMul``: onnxruntime's quantizers
-    (``quantize_dynamic``, ``quantize_static``) then leave them in float, as they leave the native
-    pools, instead of rounding the 1/k entries to 8 bits (needs opset 12 or later).
+    :class:`~fxpool.errors.SelfCheckError`. With ``quantizable=True`` the replacements trace their
+    averaging matrices as an einsum rather than a matmul (ONNX ``Einsum``, needing opset 12 or later;
+    a batched matmul under ``torch.export``): onnxruntime's quantizers, NNCF and PyTorch 2 export
+    quantization then leave them in float, as they leave the native pools, instead of rounding the
+    1/k entries to 8 bits.
 
     >>> import torch, torchvision
     >>> from fxpool import report_of

@@ -305,7 +305,7 @@ class ExactAdaptivePool(nn.Module):
         if upcast:
             x = x.to(torch.promote_types(dtype, torch.float32))
         order = (self.plan.eager_order if eager else ()) or self._step_order
-        einsum = self.quantizable and not eager and torch.onnx.is_in_onnx_export()
+        einsum = self.quantizable and not eager  # every tracer: ONNX's quantizers and pt2e's alike skip an einsum
         for index in order:
             step = self.plan.steps[index]
             if isinstance(step, PoolStep) and dims == 3 and step.family == "avg" and _exporting_for_torch_runtimes():
@@ -484,11 +484,13 @@ def matmul_along(
 
 
 def einsum_along(x: torch.Tensor, weight: torch.Tensor, dim: int) -> torch.Tensor:
-    """Average along ``dim`` (negative) by its (out x in) matrix as one einsum: an ONNX ``Einsum``.
+    """Average along ``dim`` (negative) by its (out x in) matrix as one einsum (``quantizable=True``).
 
     onnxruntime's quantizers (``quantize_dynamic``, ``quantize_static`` in QDQ) quantize every MatMul,
-    the averaging matrix as an 8-bit weight whose 1/k entries do not survive, but leave an Einsum in
-    float, as they leave the native AveragePool and ReduceMean (``quantizable=True``).
+    the averaging matrix as an 8-bit weight whose 1/k entries do not survive, but leave an ONNX
+    ``Einsum`` in float, as they leave the native AveragePool and ReduceMean. Under ``torch.export`` the
+    einsum becomes a batched matmul, which PyTorch 2 export quantizers (XNNPACK's) leave in float too,
+    where ``F.linear`` would be quantized and requantized after every axis.
     """
     letters = "abcdefgh"[:-dim]
     out = "z" + letters[1:]

@@ -16,8 +16,10 @@ repeat, after a warm-up, and the median of the repeats is reported. Sections:
 - ``longaxis``: 1d average pools over lengths 10^2..10^6, averaging matrix against gathered windows
   against native, and the bytes each form keeps: what :data:`fxpool.planning.LONG_AXIS_MATRIX_ELEMENTS`
   is fitted to.
-- ``quantization``: onnxruntime's dynamic and static (QDQ) quantizers on the original's graph and on
-  fxpool's, per replacement kind and on zoo models (:mod:`model_zoo_checks.quantization`).
+- ``quantization``: onnxruntime's dynamic and static (QDQ) quantizers, OpenVINO's NNCF and PyTorch 2
+  export quantization run by ExecuTorch, on the original and on fxpool's conversion, per replacement
+  kind and on zoo models (:mod:`model_zoo_checks.quantization`; third-party output in
+  ``bench-logs/quantization.log`` beside ``--out``).
 
 Run ``python -m model_zoo_checks.benchmarks`` (``make bench``); results go to ``reports/bench.json``
 and print as markdown tables.
@@ -470,7 +472,7 @@ def run_section(section: str, args: argparse.Namespace, device: str, dtypes: tup
     if section == "longaxis":
         return long_axis_section(args.repeats)
     if section == "quantization":
-        return quantization.quantization_section()
+        return quantization.quantization_section(log=Path(args.out).parent / "bench-logs" / "quantization.log")
     if section == "models":
         return model_benchmarks.models_section(device, dtypes, args.repeats)
     if section == "compile":

@@ -63,9 +63,11 @@ def test_the_quantizable_graph_quantizes_as_well_as_the_native_pool(tmp_path) ->
     from model_zoo_checks import quantization
 
     cases = [(name, build(), shape) for name, build, shape in quantization.POOL_CASES if name.startswith(("10->7", "33->6"))]
-    rows = quantization.case_rows(cases, tmp_path)
+    rows = quantization.case_rows(cases, tmp_path, tmp_path / "third-party.log")
     for row in rows:
-        for quantizer in quantization.QUANTIZERS:
-            assert quantization.within_bounds(row, quantizer), row
+        for quantizer in ("dynamic", "static QDQ"):
+            assert quantization.within_bounds(row, quantizer) is True, row
+        for quantizer in quantization.QUANTIZERS:  # NNCF and pt2e: None where not installed, never False
+            assert quantization.within_bounds(row, quantizer) is not False, row
         # the default MatMul graph is the one that loses accuracy under dynamic quantization
         assert row["fxpool / dynamic"] > 1.2 * row["original / dynamic"], row

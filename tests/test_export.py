@@ -500,3 +500,18 @@ def test_a_quantizable_export_carries_its_averaging_matrices_as_einsum_and_names
     )
     default = fxpool.export(model, x, tmp_path / "d.onnx", dynamo=dynamo)
     assert "Einsum" not in default.op_histogram and default.op_histogram.get("MatMul") == 3
+
+
+def test_a_quantizable_conversion_has_no_linear_under_torch_export() -> None:
+    """PyTorch 2 export quantizers (XNNPACK's) quantize every aten.linear; the quantizable form has none."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.AdaptiveAvgPool2d(7), nn.Conv2d(4, 4, 1), nn.AdaptiveAvgPool2d((3, 5))).eval()
+    x = torch.randn(1, 3, 33, 33)
+
+    def targets(converted: nn.Module) -> set[str]:
+        program = torch.export.export(converted, (x,))
+        torch.testing.assert_close(program.module()(x), model(x), rtol=1e-5, atol=1e-5)
+        return {str(node.target) for node in program.graph.nodes if node.op == "call_function"}
+
+    assert "aten.linear.default" in targets(fxpool.convert(model, x))
+    quantizable = targets(fxpool.convert(model, x, quantizable=True))
+    assert "aten.linear.default" not in quantizable and quantizable & {"aten.einsum.default", "aten.bmm.default"}, quantizable

@@ -65,3 +65,20 @@ def test_a_run_is_exact_only_within_its_bound() -> None:
 
 def test_an_absent_runtime_is_said_so() -> None:
     assert runtimes.available("tensorrt") is not None  # no TensorRT on the CPU machines
+
+
+@pytest.mark.parametrize("case", ["10->7 (Kronecker)", "max 10->7 (gather)", "3d 5x10x10->3x7x7"])
+@pytest.mark.parametrize("quantizer", ["NNCF", "pt2e XNNPACK"])
+def test_quantized_conversion_is_as_accurate_as_the_quantized_original(quantizer: str, case: str, tmp_path) -> None:
+    """NNCF (OpenVINO) and PyTorch 2 export quantization with the XNNPACK quantizer, run by ExecuTorch."""
+    pytest.importorskip("nncf" if quantizer == "NNCF" else "executorch.runtime")
+    from model_zoo_checks import quantization
+
+    (row,) = quantization.case_rows(
+        [(name, build(), shape) for name, build, shape in quantization.POOL_CASES if name == case], tmp_path, tmp_path / "log"
+    )
+    assert row[f"fxpool quantizable / {quantizer}"] is not None, row
+    assert quantization.within_bounds(row, quantizer) is True, row
+    if quantizer == "pt2e XNNPACK" and not case.startswith("10->7"):
+        # ExecuTorch has no kernel for the original's adaptive max pool or 3d pool; the conversion runs
+        assert row[f"original / {quantizer}"] is None, row
