@@ -181,13 +181,20 @@ def bench_markdown(results: dict[str, Any]) -> str:
     if results.get("quantization"):
         from .quantization import GRAPHS, QUANTIZERS, within_bounds
 
-        lines += ["## Quantization: relative L2 error against the float model", ""]
-        header = ["case"] + [f"{q}: {g}" for q in QUANTIZERS for g in GRAPHS] + [f"{q}: within bound" for q in QUANTIZERS]
-        rows = []
-        for row in results["quantization"]:
-            cells = [row["case"]] + [_fmt(row[f"{g} / {q}"], ".1e") for q in QUANTIZERS for g in GRAPHS]
-            rows.append(cells + ["yes" if within_bounds(row, q) else "NO" for q in QUANTIZERS])
-        lines += _table(header, rows) + [""]
+        lines += [
+            "## Quantization: relative L2 error against the float model",
+            "",
+            "One table per quantizer; \"-\": no such graph, or the quantizer or its runtime cannot take it "
+            "(an empty column: the quantizer was not installed in the run).",
+            "",
+        ]
+        for quantizer in QUANTIZERS:
+            rows = []
+            for row in results["quantization"]:
+                bound = within_bounds(row, quantizer)
+                cells = [_fmt(row.get(f"{graph} / {quantizer}"), ".1e") for graph in GRAPHS]
+                rows.append([row["case"], *cells, "-" if bound is None else "yes" if bound else "NO"])
+            lines += [f"### {quantizer}", ""] + _table(("case", *GRAPHS, "within bound"), rows) + [""]
     if results.get("aoti"):
         lines += ["## AOTInductor packages, converted over original", ""]
         lines += _table(

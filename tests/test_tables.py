@@ -1,0 +1,51 @@
+"""The docs' result tables (model_zoo_checks/tables.py): counts and verdicts come from the reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from model_zoo_checks import tables
+
+
+def _case(model: str, size: int, status: str = "pass", **fields: object) -> dict[str, object]:
+    return {"model": model, "input_shape": [1, 3, size, size], "status": status, **fields}
+
+
+def test_zoo_table_counts_statuses_pools_and_exports(tmp_path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    (first / "report.json").write_text(
+        json.dumps(
+            [
+                _case("vgg11", 160, pools=1, replacements={"kron-matmul": 1}, stock_torchscript="fails: x", converted_torchscript="ok"),
+                _case("alexnet", 160, "fail", pools=2, unconverted=1, details="a long traceback"),
+            ]
+        )
+    )
+    # a later shard's report of the same case wins
+    (second / "report.json").write_text(json.dumps([_case("alexnet", 160, pools=2, replacements={"matmul": 2}), _case("x", 9, "skip")]))
+    out = tmp_path / "kept.json"
+    assert tables.keep([first, second], out) == 3
+    kept = json.loads(out.read_text())
+    assert all("details" not in case for case in kept)
+    text = tables.render("zoo", out)
+    assert "3 cases of 3 models: **2 pass, 0 fail, 1 skip**" in text
+    assert "Pools found: 3, converted: 3 (matmul 2, kron-matmul 1)" in text
+    assert "| TorchScript, stock | 0/1 | 0 | 1 |" in text and "| TorchScript, converted | 1/1 | 0 | 0 |" in text
+
+
+def test_quantization_tables_say_no_where_the_bound_is_missed_and_dash_where_a_quantizer_is_absent(tmp_path) -> None:
+    row = {"case": "10->7", "original / dynamic": 1e-2, "fxpool quantizable / dynamic": 1.2e-2, "fxpool / dynamic": 3e-2}
+    text = tables.bench_markdown({"torch": "x", "threads": 2, "repeats": 3, "quantization": [row]})
+    dynamic = text.split("### dynamic")[1].split("###")[0]
+    assert "| 10->7 | 1.0e-02 | 3.0e-02 | 1.2e-02 | - | NO |" in dynamic  # 1.2e-2 > 1.1 x 1.0e-2
+    nncf = text.split("### NNCF")[1].split("###")[0]
+    assert "| 10->7 | - | - | - | - | - |" in nncf
+
+
+def test_render_refuses_a_missing_report(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        tables.render("zoo", tmp_path / "nothing.json")
