@@ -184,7 +184,7 @@ def bench_markdown(results: dict[str, Any]) -> str:
         lines += [
             "## Quantization: relative L2 error against the float model",
             "",
-            "One table per quantizer; \"-\": no such graph, or the quantizer or its runtime cannot take it "
+            'One table per quantizer; "-": no such graph, or the quantizer or its runtime cannot take it '
             "(an empty column: the quantizer was not installed in the run).",
             "",
         ]

@@ -20,13 +20,16 @@ def test_zoo_table_counts_statuses_pools_and_exports(tmp_path) -> None:
     (first / "report.json").write_text(
         json.dumps(
             [
-                _case("vgg11", 160, pools=1, replacements={"kron-matmul": 1}, stock_torchscript="fails: x", converted_torchscript="ok"),
+                _case(
+                    "vgg11", 160, pools=1, replacements={"kron-matmul": 1}, stock_torchscript="fails: x", converted_torchscript="ok"
+                ),
                 _case("alexnet", 160, "fail", pools=2, unconverted=1, details="a long traceback"),
             ]
         )
     )
     # a later shard's report of the same case wins
-    (second / "report.json").write_text(json.dumps([_case("alexnet", 160, pools=2, replacements={"matmul": 2}), _case("x", 9, "skip")]))
+    later = [_case("alexnet", 160, pools=2, replacements={"matmul": 2}), _case("x", 9, "skip")]
+    (second / "report.json").write_text(json.dumps(later))
     out = tmp_path / "kept.json"
     assert tables.keep([first, second], out) == 3
     kept = json.loads(out.read_text())
