@@ -7,7 +7,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fxpool.graph_pass import ModeDependentForwardError, pool_input, pool_nodes, replace_nodes, trace
+from fxpool.graph_pass import (
+    ModeDependentForwardError,
+    asks_export_flag,
+    pool_input,
+    pool_nodes,
+    reads_training_flag,
+    replace_nodes,
+    trace,
+)
 
 
 class Head(nn.Module):
@@ -52,6 +60,30 @@ class Flagged(nn.Module):
 def test_a_forward_that_reads_the_training_flag_is_not_traced() -> None:
     with pytest.raises(ModeDependentForwardError, match="reads self.training"):
         trace(Flagged())
+
+
+class FlaggedElsewhere(nn.Module):
+    """Reads the flag in a property and a helper method, not in forward; asks the export flag in a classmethod."""
+
+    @property
+    def noisy(self) -> bool:
+        return self.training
+
+    def scale(self) -> float:
+        return 0.5 if self.training else 1.0
+
+    @classmethod
+    def exporting(cls) -> bool:
+        return torch.onnx.is_in_onnx_export()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.scale()
+
+
+def test_the_flags_are_found_in_any_method_the_class_defines() -> None:
+    assert reads_training_flag(FlaggedElsewhere()) and asks_export_flag(FlaggedElsewhere())
+    assert reads_training_flag(Flagged()) and not asks_export_flag(Flagged())
+    assert not reads_training_flag(Head()) and not asks_export_flag(Head())
 
 
 def test_optional_arguments_traced_as_none_are_guarded() -> None:
