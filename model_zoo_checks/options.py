@@ -7,8 +7,6 @@ from typing import Any
 
 import torch
 
-from fxpool.verifying import onnxruntime_session
-
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -37,5 +35,14 @@ def ort_provider(device: str) -> str:
 
 
 def ort_sessions(paths: dict[str, str], provider: str = "CPUExecutionProvider") -> dict[str, Any]:
-    """One onnxruntime session per named graph, all on ``provider``."""
-    return {name: onnxruntime_session(path, [provider]) for name, path in paths.items()}
+    """One onnxruntime session per named graph, all on ``provider``, for timing side by side.
+
+    The sessions' worker threads do not spin-wait after a run: spinning threads of one session take
+    the cores from the next session's run when the two alternate, which timed two identical
+    AveragePool graphs 1.6x apart (64x64 -> 2x2, C=512, 2 cores) and sent a ratio either way.
+    """
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return {name: onnxruntime.InferenceSession(path, options, providers=[provider]) for name, path in paths.items()}

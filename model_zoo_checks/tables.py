@@ -88,7 +88,9 @@ def zoo_markdown(cases: Sequence[dict[str, Any]]) -> str:
     if costs:
         worst = max(ran, key=lambda c: c["convert_s"] / c["forward_s"] if c.get("forward_s") and c.get("convert_s") else 0)
         lines += [
-            f"Conversion cost: median {statistics.median(costs):.1f} eager forwards of the original, worst "
+            f"Conversion cost, one call per case timed inside the sweep (so with whatever garbage collection "
+            f"falls into it; the warm figures are on the benchmarks page): median {statistics.median(costs):.1f} "
+            f"eager forwards of the original, worst "
             f"{max(costs):.1f} ({worst['model']} at {'x'.join(map(str, worst['input_shape'][1:]))}). Summed case time "
             f"{sum(c.get('seconds', 0.0) for c in cases) / 60:.0f} min.",
             "",
