@@ -62,6 +62,7 @@ MODEL_CASES: tuple[tuple[str, tuple[int, ...]], ...] = (
     ("vgg11", (1, 3, 160, 160)),
     ("pspnet_resnet18", (1, 3, 160, 160)),
     ("vgg11_max_pool", (1, 3, 96, 96)),
+    ("r3d_18", (1, 3, 8, 64, 64)),  # 3d; no pt2e row: ExecuTorch's portable convolution is 2d only
 )
 GRAPHS = ("original", "fxpool", "fxpool quantizable", "fxpool, pool in float")
 QUANTIZERS = ("dynamic", "static QDQ", "NNCF", "pt2e XNNPACK")
