@@ -84,7 +84,8 @@ def summary(cases: Sequence[Any]) -> str:
     if costs:
         ratio, worst = max(costs, key=lambda pair: pair[0])
         lines.append(
-            f"  convert: median {statistics.median(r for r, _ in costs):.1f} forwards of the original, worst {ratio:.1f} "
+            f"  convert (one cold call per case): median {statistics.median(r for r, _ in costs):.1f} forwards of the "
+            f"original, worst {ratio:.1f} "
             f"({worst.model}@{'x'.join(map(str, worst.input_shape[2:]))}: {worst.convert_s:.2f} s against "
             f"{worst.forward_s * 1e3:.0f} ms), longest {max(c.convert_s for _, c in costs):.2f} s"
         )
