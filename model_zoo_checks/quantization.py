@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,11 +42,10 @@ from torch import nn
 
 import fxpool
 from fxpool.replacements import ExactAdaptivePool
+from fxpool.verifying import onnxruntime_session
 
 from .capture import captured
 from .catalog import build
-
-_log = logging.getLogger(__name__)
 
 # (name, builder, input shape): a convolution, then the pool (nothing after it to hide its error).
 POOL_CASES: tuple[tuple[str, Callable[[], nn.Module], tuple[int, ...]], ...] = (
@@ -195,7 +195,6 @@ def _quantized_outputs(
 
 
 def _onnxruntime(prepared: Prepared, quantizer: str, calibration: list[torch.Tensor], tests: list[torch.Tensor]) -> np.ndarray:
-    import onnxruntime
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
     class Reader(CalibrationDataReader):
@@ -212,7 +211,7 @@ def _onnxruntime(prepared: Prepared, quantizer: str, calibration: list[torch.Ten
         quantize_dynamic(prepared.onnx, out, weight_type=QuantType.QInt8, nodes_to_exclude=exclude)
     else:
         quantize_static(prepared.onnx, out, Reader(), quant_format=QuantFormat.QDQ, nodes_to_exclude=exclude)
-    session = onnxruntime.InferenceSession(out, providers=["CPUExecutionProvider"])
+    session = onnxruntime_session(out)
     return np.concatenate([session.run(None, {"x": x.numpy()})[0].ravel() for x in tests])
 
 
@@ -256,7 +255,7 @@ def _pt2e_executorch(prepared: Prepared, calibration: list[torch.Tensor], tests:
         method = Runtime.get().load_program(buffer).load_method("forward")
         return np.concatenate([method.execute([x])[0].numpy().ravel() for x in tests])
     except Exception as error:  # the original's pool has no ExecuTorch kernel (max, 3d): that row has no number
-        _log.info("pt2e/ExecuTorch failed: %s", str(error).splitlines()[0] if str(error) else type(error).__name__)
+        print(f"pt2e/ExecuTorch: {type(error).__name__}: {str(error)[:500]}", file=sys.stderr)  # to the case's log
         return None
 
 
