@@ -45,7 +45,7 @@ def build(
 ) -> Built:
     """Put the replacement of every replaced site of ``found`` into ``root`` (the caller's copy).
 
-    ``quantizable``: the replacements export their averaging matrices as ONNX Einsum (see
+    ``quantizable``: the replacements trace their averaging matrices as an einsum (see
     :func:`~fxpool.replacements.einsum_along`)."""
     made: dict[str, nn.Module] = {}  # location -> its replacement
     for chosen in decisions:

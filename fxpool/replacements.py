@@ -186,7 +186,7 @@ class ExactAdaptivePool(nn.Module):
         self.plan = plan
         self.location = location
         self.batched = batched  # the traced input had a batch axis (eager follows the input's rank)
-        # Under ONNX export, averaging matrices as Einsum, which onnxruntime's quantizers leave in float.
+        # Traced (ONNX, torch.export), averaging matrices as an einsum, which INT8 quantizers leave in float.
         self.quantizable = quantizable
         expected: list[int | None] = [None] * plan.spatial_dims
         for axis in plan.guarded_axes:
@@ -258,9 +258,7 @@ class ExactAdaptivePool(nn.Module):
             return self._native(x)
         eager = isinstance(x, torch.Tensor) and not _exporting()  # not a Proxy, nothing traces
         if eager and self.runs_native_in_eager:
-            dims = self.plan.spatial_dims
-            sizes = [x.shape[i - dims] if a.follows_input else a.out_size for i, a in enumerate(self.plan.axes)]
-            return _NATIVE_MAX[dims](x, sizes)
+            return self._native(x)
         return self._run(x, eager)
 
     def _native(self, x: torch.Tensor) -> torch.Tensor:

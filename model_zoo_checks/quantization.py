@@ -156,6 +156,12 @@ def within_bounds(row: dict[str, Any], quantizer: str) -> bool | None:
     return ours is not None and reference is not None and ours <= reference + 1e-9
 
 
+def bound_cell(row: dict[str, Any], quantizer: str) -> str:
+    """:func:`within_bounds` as a table cell: yes, NO, or - where the quantizer was not installed."""
+    bound = within_bounds(row, quantizer)
+    return "-" if bound is None else "yes" if bound else "NO"
+
+
 def _prepare(model: nn.Module, x: torch.Tensor, stem: Path) -> dict[str, Prepared]:
     stem.mkdir(parents=True, exist_ok=True)
     original: str | None = str(stem / "original.onnx")
@@ -269,8 +275,7 @@ def _line(row: dict[str, Any]) -> str:
         for graph in GRAPHS:
             value = row.get(f"{graph} / {quantizer}")
             cells.append("-" if value is None else f"{value:.1e}")
-        bound = within_bounds(row, quantizer)
-        cells.append("-" if bound is None else "yes" if bound else "NO")
+        cells.append(bound_cell(row, quantizer))
     return f"| {row['case']} | " + " | ".join(cells) + " |"
 
 

@@ -181,7 +181,7 @@ def bench_markdown(results: dict[str, Any]) -> str:
                 ],
             ) + [""]
     if results.get("quantization"):
-        from .quantization import GRAPHS, QUANTIZERS, within_bounds
+        from .quantization import GRAPHS, QUANTIZERS, bound_cell
 
         lines += [
             "## Quantization: relative L2 error against the float model",
@@ -193,9 +193,8 @@ def bench_markdown(results: dict[str, Any]) -> str:
         for quantizer in QUANTIZERS:
             rows = []
             for row in results["quantization"]:
-                bound = within_bounds(row, quantizer)
                 cells = [_fmt(row.get(f"{graph} / {quantizer}"), ".1e") for graph in GRAPHS]
-                rows.append([row["case"], *cells, "-" if bound is None else "yes" if bound else "NO"])
+                rows.append([row["case"], *cells, bound_cell(row, quantizer)])
             lines += [f"### {quantizer}", ""] + _table(("case", *GRAPHS, "within bound"), rows) + [""]
     if results.get("aoti"):
         lines += ["## AOTInductor packages, converted over original", ""]
