@@ -6,7 +6,8 @@ training flags), and compares
 
 - every replacement's output with the native adaptive pool applied to the replacement's own input
   (average family within :data:`TOLERANCE` of the output's scale; max family bit-equal) — and,
-  where eager runs another form than tracers see (``runs_native_in_eager``), that traced form too — and
+  where eager runs another form than tracers see (``runs_native_in_eager``), that traced form too, and
+  ONNX export's own form where the plan has one (``onnx_form``) — and
 - the whole model's outputs with the original's, recorded in the same way, within
   :data:`TOLERANCE` of each output's largest magnitude (at least 1).
 
@@ -286,9 +287,11 @@ def _replacement_hook(checks: list[ReplacementCheck]):
             checks.append(ReplacementCheck(module.location, float("inf"), 0.0))
             return
         outputs = [output]
-        if getattr(module, "runs_native_in_eager", False):  # prove the form exporters will see as well
+        if getattr(module, "runs_native_in_eager", False):  # prove the forms exporters will see as well
             try:
                 outputs.append(module.traced_form(x))
+                if getattr(getattr(module, "plan", None), "onnx_steps", ()):  # and ONNX export's own
+                    outputs.append(module.onnx_form(x))
             except Exception:
                 checks.append(ReplacementCheck(module.location, float("inf"), 0.0))
                 return

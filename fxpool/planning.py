@@ -139,6 +139,22 @@ class WindowGatherStep:
 
 
 @dataclass(frozen=True)
+class WindowMaxStep:
+    """The maximum of each window along one axis: the elementwise maximum of ``span`` constant-index gathers.
+
+    Gather ``j`` takes position ``j`` of every window (a shorter window's last position repeated), so
+    each gathered tensor has the axis's output length and their elementwise maximum is each window's.
+    The max family's ONNX form (:attr:`PoolPlan.onnx_steps`): onnxruntime's MaxPool and ReduceMax
+    skip NaN, its elementwise Max propagates it, as PyTorch's pools do.
+    """
+
+    axis: int
+    in_size: int
+    out_size: int
+    span: int
+
+
+@dataclass(frozen=True)
 class WindowScaleStep:
     """Multiply output ``i`` along one axis by ``span / length_i`` (after a zero-padded gather and AvgPool)."""
 
@@ -159,7 +175,7 @@ class UpsampleStep:
     sizes: tuple[int | None, ...]
 
 
-Step = PoolStep | ReduceStep | MatmulStep | KroneckerStep | WindowGatherStep | WindowScaleStep | UpsampleStep
+Step = PoolStep | ReduceStep | MatmulStep | KroneckerStep | WindowGatherStep | WindowMaxStep | WindowScaleStep | UpsampleStep
 
 
 @dataclass(frozen=True)
@@ -173,6 +189,8 @@ class PoolPlan:
     steps: tuple[Step, ...]
     scaled_output: bool = False  # the output size derives from the input's (interpolate's scale_factor)
     eager_order: tuple[int, ...] = ()  # the order eager runs ``steps`` in (indices); exporters run them in order
+    # What ONNX export runs instead of ``steps`` (forward values only; empty: ``steps``). See :func:`onnx_max_steps`.
+    onnx_steps: tuple[Step, ...] = ()
 
     @property
     def spatial_dims(self) -> int:
@@ -208,6 +226,12 @@ class PoolPlan:
             return "identity"
         return " -> ".join(_describe_step(step, self.spatial_dims) for step in self.steps)
 
+    def describe_onnx(self) -> str:
+        """:meth:`describe` of what ONNX export runs (:attr:`onnx_steps`, else ``steps``)."""
+        if not self.onnx_steps:
+            return self.describe()
+        return " -> ".join(_describe_step(step, self.spatial_dims) for step in self.onnx_steps)
+
     def reasons(self) -> str:
         """Why each axis got its kind, one clause per axis."""
         names = axis_names(self.spatial_dims)
@@ -223,6 +247,7 @@ def _step_kind(step: Step, spatial_dims: int) -> str:
         MatmulStep: "matmul",
         KroneckerStep: "kron-matmul",
         WindowGatherStep: "gather",
+        WindowMaxStep: "window-max",
         WindowScaleStep: "scale",
         UpsampleStep: "nearest",
     }
@@ -246,6 +271,8 @@ def _describe_step(step: Step, spatial_dims: int) -> str:
     if isinstance(step, WindowGatherStep):
         padding = ", zero-padded" if step.zero_padded else ""
         return f"gather {names[step.axis]} {step.in_size}->{step.out_size}x{step.span}{padding}"
+    if isinstance(step, WindowMaxStep):
+        return f"window-max {names[step.axis]} {step.in_size}->{step.out_size} ({step.span} gathers, Max)"
     if isinstance(step, WindowScaleStep):
         return f"scale {names[step.axis]} by {step.span}/window length"
     return f"nearest upsample to {_fmt(step.sizes)}"
@@ -378,8 +405,44 @@ def choose_plan(
     axes = tuple(choose_axis(family, i, o, f) for i, o, f in zip(in_sizes, out_sizes, follows))
     steps = _steps(family, axes)
     return PoolPlan(
-        family, tuple(in_sizes), tuple(a.out_size for a in axes), axes, steps, scaled_output, _eager_order(family, axes, steps)
+        family,
+        tuple(in_sizes),
+        tuple(a.out_size for a in axes),
+        axes,
+        steps,
+        scaled_output,
+        _eager_order(family, axes, steps),
+        onnx_max_steps(family, axes),
     )
+
+
+def onnx_max_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]:
+    """The ONNX form of a max pool with a general axis: one :class:`WindowMaxStep` per pooled axis, outer
+    axes first, then the upsampling; ``()`` for every other pool (ONNX export runs ``steps``).
+
+    Why not ``steps`` (each window gathered, padded to the longest, then one MaxPool): onnxruntime runs
+    that 1.2-2.2x slower than OpenVINO's native AdaptiveMaxPool, and its MaxPool skips NaN where
+    PyTorch's pools return NaN. The window maxima as elementwise Max of constant-index gathers are exact
+    with NaN and ±inf, and measured 0.25-0.6x OpenVINO's native op at one onnxruntime thread (8x512
+    10->7, 1x512 64->6 and 33->6, 2x256 100x60->6, 3d 2x64 9x10x11->4x3x7; see docs/results/benchmarks.md).
+    Forms measured and not taken: a sliding MaxPool (stride 1) of the shortest window length, then two
+    gathers of its result and a Max per axis (as fast on some cases, 2.4x slower on 100x60, and NaN-exact
+    only with a NaN count per window beside it, which made it 1.3-3.3x slower); the same with the input
+    moved channels-last first (faster on small planes, 1.6x slower on 64x64). Outer axes go first:
+    their gathers copy whole rows, and the last axis's element by element then reads the shrunk tensor.
+    Only forward values: ONNX graphs are for inference; ``torch.export`` keeps ``steps``, whose gradient
+    goes to the first maximum in row-major order as PyTorch's does.
+    """
+    if family != "max" or not any(axis.kind == "gather" for axis in axes):
+        return ()
+    steps: list[Step] = [
+        WindowMaxStep(i, axis.in_size, axis.out_size, window_lengths(axis.in_size, axis.out_size)[-1])
+        for i, axis in enumerate(axes)
+        if axis.kind in ("gather", "pool", "reduce")
+    ]
+    if any(axis.kind == "upsample" for axis in axes):
+        steps.append(UpsampleStep(tuple(None if axis.follows_input else axis.out_size for axis in axes)))
+    return tuple(steps)
 
 
 def _eager_order(family: PoolFamily, axes: tuple[AxisChoice, ...], steps: tuple[Step, ...]) -> tuple[int, ...]:

@@ -40,6 +40,7 @@ from .planning import (
     ReduceStep,
     UpsampleStep,
     WindowGatherStep,
+    WindowMaxStep,
     WindowScaleStep,
     axis_names,
 )
@@ -84,6 +85,24 @@ def window_gather_indices(in_size: int, out_size: int, span: int, zero_padded: b
     for start, end in window_bounds(in_size, out_size):
         positions += list(range(start, end)) + [in_size if zero_padded else end - 1] * (span - (end - start))
     return torch.tensor(positions, dtype=torch.int64)
+
+
+def window_max_indices(in_size: int, out_size: int, span: int) -> list[torch.Tensor]:
+    """``span`` index vectors of ``out_size`` entries: vector ``j`` holds position ``j`` of every window,
+    a window shorter than ``span`` repeating its last position, so the elementwise maximum of the
+    gathered vectors is each window's maximum."""
+    bounds = window_bounds(in_size, out_size)
+    return [torch.tensor([min(start + j, end - 1) for start, end in bounds], dtype=torch.int64) for j in range(span)]
+
+
+def window_maxima(x: torch.Tensor, dim: int, gathers: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Each window's maximum along ``dim``: the elementwise maximum of ``x`` gathered at each index vector
+    of :func:`window_max_indices`. Exports as Gather and Max; Max propagates NaN (onnxruntime's MaxPool
+    and ReduceMax skip it)."""
+    result = torch.index_select(x, dim, gathers[0])
+    for indices in gathers[1:]:
+        result = torch.maximum(result, torch.index_select(x, dim, indices))
+    return result
 
 
 def window_scales(in_size: int, out_size: int, span: int) -> torch.Tensor:
@@ -207,6 +226,10 @@ class ExactAdaptivePool(nn.Module):
                 self.register_buffer(f"indices_{index}", indices.to(device), persistent=False)
             elif isinstance(step, (MatmulStep, KroneckerStep, WindowScaleStep)):
                 self.register_buffer(f"weight_{index}", self._weight(step, dtype, device), persistent=False)
+        for index, step in enumerate(self.plan.onnx_steps):
+            if isinstance(step, WindowMaxStep):
+                for j, indices in enumerate(window_max_indices(step.in_size, step.out_size, step.span)):
+                    self.register_buffer(f"indices_onnx_{index}_{j}", indices.to(device), persistent=False)
 
     @staticmethod
     def _weight(
@@ -259,6 +282,8 @@ class ExactAdaptivePool(nn.Module):
         eager = isinstance(x, torch.Tensor) and not _exporting()  # not a Proxy, nothing traces
         if eager and self.runs_native_in_eager:
             return self._native(x)
+        if not eager and self.plan.onnx_steps and torch.onnx.is_in_onnx_export():
+            return self._run_onnx_steps(x)
         return self._run(x, eager)
 
     def _native(self, x: torch.Tensor) -> torch.Tensor:
@@ -337,6 +362,27 @@ class ExactAdaptivePool(nn.Module):
             else:
                 raise AssertionError(f"unknown step {step!r}")
         return keep_memory_format(source, x.to(dtype) if upcast else x, dims)
+
+    def onnx_form(self, x: torch.Tensor) -> torch.Tensor:
+        """What ONNX export sees (the plan's ``onnx_steps`` where it has them), run in eager."""
+        x = check_input(x, self.expected_sizes, self.location)
+        return self._run_onnx_steps(x) if self.plan.onnx_steps else self._run(x, eager=False)
+
+    def _run_onnx_steps(self, x: torch.Tensor) -> torch.Tensor:
+        """The plan's ``onnx_steps``: window maxima by gathers and elementwise maxima, then any upsampling.
+
+        Values only (ONNX graphs are for inference), exact in every dtype: a maximum rounds nothing.
+        """
+        source, dims = x, self.plan.spatial_dims
+        for index, step in enumerate(self.plan.onnx_steps):
+            if isinstance(step, WindowMaxStep):
+                gathers = [getattr(self, f"indices_onnx_{index}_{j}") for j in range(step.span)]
+                x = window_maxima(x, step.axis - dims, gathers)
+            elif isinstance(step, UpsampleStep):
+                x = _upsample(x, step, self.batched)
+            else:
+                raise AssertionError(f"no ONNX form for step {step!r}")
+        return keep_memory_format(source, x, dims)
 
     @property
     def runs_native_in_eager(self) -> bool:

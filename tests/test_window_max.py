@@ -1,0 +1,207 @@
+"""The max family's ONNX form (``PoolPlan.onnx_steps``: window maxima by gathers and elementwise Max).
+
+Values are compared bit for bit with PyTorch's adaptive max pools, NaN at the positions where PyTorch
+has NaN, with NaN and ±inf placed at random positions; in eager (``ExactAdaptivePool.onnx_form``) over
+exhaustive small sizes, and in onnxruntime. The gradient stays PyTorch's under ``torch.export``, which
+keeps the gather + MaxPool form (ties included).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fxpool
+from fxpool.planning import WindowMaxStep, choose_plan
+from fxpool.replacements import ExactAdaptivePool, window_max_indices
+from fxpool.windows import window_bounds
+
+NATIVE = {1: F.adaptive_max_pool1d, 2: F.adaptive_max_pool2d, 3: F.adaptive_max_pool3d}
+GRID_2D = list(itertools.product((1, 2, 5, 7, 10, 13), repeat=2))  # in sizes
+OUT_2D = list(itertools.product((1, 2, 3, 4, 6, 9), repeat=2))
+
+
+def with_specials(shape: tuple[int, ...], seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Random values with NaN, +inf and -inf at random positions (about one in six entries each kind)."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=generator, dtype=torch.float64)
+    kind = torch.randint(0, 18, shape, generator=generator)
+    x[kind == 0] = float("nan")
+    x[kind == 1] = float("inf")
+    x[kind == 2] = float("-inf")
+    return x.to(dtype)
+
+
+def assert_max_equal(ours: torch.Tensor | np.ndarray, theirs: torch.Tensor, where: object) -> None:
+    """Same shape, NaN exactly where PyTorch has NaN, every other value bit-equal."""
+    ours = torch.as_tensor(ours)
+    assert ours.shape == theirs.shape, where
+    assert torch.equal(ours.isnan(), theirs.isnan()), where
+    assert torch.equal(ours.nan_to_num(), theirs.nan_to_num()), where
+
+
+def module_for(in_sizes: tuple[int, ...], out_sizes: tuple[int, ...]) -> ExactAdaptivePool:
+    return ExactAdaptivePool(choose_plan("max", in_sizes, out_sizes), "test")
+
+
+# --- the plan ---
+
+
+def test_only_max_plans_with_a_general_axis_get_an_onnx_form() -> None:
+    assert choose_plan("max", (10, 10), (7, 7)).onnx_steps
+    assert not choose_plan("avg", (10, 10), (7, 7)).onnx_steps  # average family: ONNX runs its steps
+    assert not choose_plan("max", (14, 14), (7, 7)).onnx_steps  # one MaxPool already
+    assert not choose_plan("max", (9, 9), (1, 1)).onnx_steps  # one amax
+    plan = choose_plan("max", (100, 60, 5), (6, 6, 5))
+    assert plan.onnx_steps == (WindowMaxStep(0, 100, 6, 18), WindowMaxStep(1, 60, 6, 10))  # the identity axis has none
+    assert plan.describe_onnx() == "window-max D 100->6 (18 gathers, Max) -> window-max H 60->6 (10 gathers, Max)"
+    upsampled = choose_plan("max", (4, 8), (6, 16))
+    assert [type(step).__name__ for step in upsampled.onnx_steps] == ["WindowMaxStep", "UpsampleStep"]
+
+
+@pytest.mark.parametrize("in_size", range(1, 13))
+def test_window_max_indices_cover_every_window_and_nothing_else(in_size: int) -> None:
+    for out_size in range(1, 13):
+        bounds = window_bounds(in_size, out_size)
+        span = max(end - start for start, end in bounds)
+        gathered = torch.stack(window_max_indices(in_size, out_size, span))  # (span, out)
+        for i, (start, end) in enumerate(bounds):
+            assert set(gathered[:, i].tolist()) == set(range(start, end))
+
+
+# --- eager, what ONNX export runs ---
+
+
+@pytest.mark.parametrize("in_size", range(1, 13))
+def test_exhaustive_1d_with_nan_and_inf(in_size: int) -> None:
+    for out_size in range(1, 13):
+        x = with_specials((2, 5, in_size), seed=in_size * 100 + out_size)
+        module = module_for((in_size,), (out_size,))
+        assert_max_equal(module.onnx_form(x), NATIVE[1](x, out_size), (in_size, out_size))
+
+
+@pytest.mark.parametrize("in_sizes", GRID_2D)
+def test_2d_grid_with_nan_and_inf(in_sizes: tuple[int, int]) -> None:
+    for out_sizes in OUT_2D:
+        x = with_specials((2, 3, *in_sizes), seed=sum(in_sizes) * 100 + sum(out_sizes))
+        assert_max_equal(module_for(in_sizes, out_sizes).onnx_form(x), NATIVE[2](x, out_sizes), (in_sizes, out_sizes))
+
+
+@pytest.mark.parametrize("in_sizes", [(9, 10, 11), (5, 4, 7), (3, 8, 2)])
+def test_3d_with_nan_and_inf(in_sizes: tuple[int, int, int]) -> None:
+    for out_sizes in itertools.product((1, 3, 4, 6), repeat=3):
+        x = with_specials((2, 3, *in_sizes), seed=sum(out_sizes))
+        assert_max_equal(module_for(in_sizes, out_sizes).onnx_form(x), NATIVE[3](x, out_sizes), (in_sizes, out_sizes))
+
+
+def test_every_dtype_unbatched_and_channels_last() -> None:
+    for dtype in (torch.float64, torch.float16, torch.bfloat16):
+        x = with_specials((2, 3, 10, 9), seed=3, dtype=dtype)
+        assert_max_equal(module_for((10, 9), (7, 4)).onnx_form(x), NATIVE[2](x, (7, 4)), dtype)
+    unbatched = with_specials((3, 10, 9), seed=4)
+    assert_max_equal(module_for((10, 9), (7, 4)).onnx_form(unbatched), NATIVE[2](unbatched, (7, 4)), "unbatched")
+    channels_last = with_specials((2, 3, 10, 9), seed=5).contiguous(memory_format=torch.channels_last)
+    ours = module_for((10, 9), (7, 4)).onnx_form(channels_last)
+    assert ours.is_contiguous(memory_format=torch.channels_last)
+    assert_max_equal(ours, NATIVE[2](channels_last, (7, 4)), "channels_last")
+
+
+def test_the_onnx_form_rebuilds_its_indices_after_a_dtype_change() -> None:
+    module = module_for((10, 10), (7, 7)).double()
+    x = with_specials((1, 2, 10, 10), seed=6, dtype=torch.float64)
+    assert_max_equal(module.onnx_form(x), NATIVE[2](x, (7, 7)), "double")
+
+
+# --- onnxruntime ---
+
+
+def _onnxruntime(module: torch.nn.Module, x: torch.Tensor, path, dynamo: bool = False) -> np.ndarray:
+    import onnxruntime
+
+    converted = fxpool.convert(module, x.nan_to_num())  # the self-check compares with allclose, NaN-free
+    torch.onnx.export(converted, (x,), path, dynamo=dynamo)
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
+
+
+@pytest.mark.parametrize("in_size", range(1, 13))
+def test_exhaustive_1d_in_onnxruntime(in_size: int, tmp_path) -> None:
+    for out_size in range(1, 13):
+        plan = choose_plan("max", (in_size,), (out_size,))
+        if not plan.onnx_steps:
+            continue  # a MaxPool or amax (onnxruntime's skip NaN: see docs/limitations.md)
+        x = with_specials((2, 3, in_size), seed=in_size * 100 + out_size)
+        ours = _onnxruntime(torch.nn.AdaptiveMaxPool1d(out_size), x, tmp_path / "pool.onnx")
+        assert_max_equal(ours, NATIVE[1](x, out_size), (in_size, out_size))
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_2d_and_3d_in_onnxruntime_export_gathers_and_max(dynamo: bool, tmp_path) -> None:
+    import onnx
+
+    cases = [((10, 10), (7, 7)), ((33, 33), (6, 6)), ((100, 60), (6, 6)), ((4, 8), (6, 16)), ((9, 10, 11), (4, 3, 7))]
+    for in_sizes, out_sizes in cases:
+        x = with_specials((2, 4, *in_sizes), seed=len(in_sizes))
+        pool = (torch.nn.AdaptiveMaxPool2d if len(in_sizes) == 2 else torch.nn.AdaptiveMaxPool3d)(out_sizes)
+        ours = _onnxruntime(pool, x, tmp_path / "pool.onnx", dynamo)
+        assert_max_equal(ours, NATIVE[len(in_sizes)](x, out_sizes), (in_sizes, out_sizes))
+        ops = {node.op_type for node in onnx.load(str(tmp_path / "pool.onnx")).graph.node}
+        assert {"Gather", "Max"} <= ops and not {"MaxPool", "ReduceMax"} & ops, ops
+
+
+def test_onnxruntime_maxpool_and_reducemax_skip_nan_which_is_why_the_form_uses_max(tmp_path) -> None:
+    """The finding the form rests on (onnxruntime's CPU kernels): if this fails, MaxPool may serve again."""
+    import onnx
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    def run(node: onnx.NodeProto, x: np.ndarray) -> np.ndarray:
+        graph = helper.make_graph(
+            [node],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+        session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        return session.run(None, {"x": x})[0]
+
+    x = np.array([[[1.0, np.nan, 3.0, 2.0]]], dtype=np.float32)
+    assert not np.isnan(run(helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[4], strides=[4]), x)).any()
+    assert not np.isnan(run(helper.make_node("ReduceMax", ["x"], ["y"], keepdims=1), x)).any()
+    pair = helper.make_node("Max", ["x", "x2"], ["y"])
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["x2"]), pair],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    session = onnxruntime.InferenceSession(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString(),
+        providers=["CPUExecutionProvider"],
+    )
+    assert np.isnan(session.run(None, {"x": x})[0][0, 0, 1])
+
+
+# --- torch.export keeps the gradient-exact form ---
+
+
+@pytest.mark.parametrize("in_sizes,out_sizes", [((10,), (7,)), ((7, 10), (5, 3)), ((10, 10), (7, 7)), ((5, 4, 7), (3, 3, 4))])
+def test_torch_export_keeps_the_gather_form_and_pytorchs_gradient_with_ties(in_sizes, out_sizes) -> None:
+    # Values in {0, 1, 2}: most windows hold tied maxima, whose gradient PyTorch sends to the first in
+    # row-major order; the gather + MaxPool form does the same, per-axis maxima would not.
+    native = {1: torch.nn.AdaptiveMaxPool1d, 2: torch.nn.AdaptiveMaxPool2d, 3: torch.nn.AdaptiveMaxPool3d}[len(in_sizes)]
+    pool = native(out_sizes)
+    x = torch.randint(0, 3, (2, 3, *in_sizes), generator=torch.Generator().manual_seed(7)).float()
+    program = torch.export.export(fxpool.convert(pool, x), (x,))
+    targets = {str(node.target) for node in program.graph.nodes}
+    assert any("max_pool" in t for t in targets) and not any("maximum" in t or "adaptive" in t for t in targets), targets
+    ours, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+    upstream = torch.randint(-8, 9, pool(x).shape, generator=torch.Generator().manual_seed(1)).float()
+    program.module()(ours).backward(upstream)
+    pool(theirs).backward(upstream)
+    assert torch.equal(ours.grad, theirs.grad)
