@@ -6,8 +6,13 @@ repeat, after a warm-up, and the median of the repeats is reported. Sections:
 - ``pools``: per pool shape, eager forward and forward+backward (a dense upstream gradient, as in
   training) against native ``adaptive_avg_pool2d``/``adaptive_max_pool2d`` and a slice-loop module;
   onnxruntime against the dynamo exporter's graph of the original; the memory floor (input read
-  once, output written once, at the copy bandwidth measured in the same run). ``--device cuda``
-  times with CUDA events in ``--dtypes`` (float32, float16, bfloat16) and leaves out onnxruntime.
+  once, output written once, at the copy bandwidth measured in the same run). On the CPU, per
+  intra-op thread count (1 and 2), one alternating run of every form (:func:`runtime_case`):
+  fxpool static and ``dynamic=True`` in eager and in onnxruntime, OpenVINO's native op on the
+  original module, and the read-once floor (one max over the spatial axes) in eager and in
+  onnxruntime; for the max family's general windows, the gather + MaxPool graph beside the
+  window-max graph ONNX export now gets. ``--device cuda`` times with CUDA events in ``--dtypes``
+  (float32, float16, bfloat16) and leaves out onnxruntime and OpenVINO.
 - ``convert``: ``fxpool.convert`` time as a multiple of one eager forward (the two alternating), for a
   fixed list across the five suites at their default input, and the conversion's peak memory above
   the original's own forward (resident set size, each model in a process of its own).
@@ -201,11 +206,90 @@ def onnx_case(family: str, shape: tuple[int, ...], output: tuple[int, ...], repe
     return row
 
 
-def pools_section(repeats: int, device: str, dtypes: Sequence[str], with_onnx: bool) -> dict[str, Any]:
+RUNTIME_THREADS = (1, 2)  # intra-op threads of onnxruntime, OpenVINO and eager in runtime_case
+
+
+class SpatialMax(nn.Module):
+    """The read-once floor: one maximum over the spatial axes (ReduceMax in ONNX)."""
+
+    def __init__(self, dims: int) -> None:
+        super().__init__()
+        self.dims = tuple(range(-dims, 0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.amax(x, dim=self.dims, keepdim=True)
+
+
+def _openvino_native(module: nn.Module, x: torch.Tensor, threads: int) -> Any:
+    """OpenVINO's conversion of the original module (its native AdaptiveAvgPool/AdaptiveMaxPool op),
+    compiled for the CPU with ``threads`` threads and float32 inference; ``None`` without openvino."""
+    try:
+        import openvino
+    except ImportError:
+        return None
+    model = openvino.convert_model(module, example_input=x)
+    config = {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32"}
+    return openvino.Core().compile_model(model, "CPU", config).create_infer_request()
+
+
+def runtime_case(
+    family: str, shape: tuple[int, ...], output: tuple[int, ...], repeats: int, workdir: str, threads: int
+) -> dict[str, float]:
+    """Forward seconds of every form at ``threads`` intra-op threads, alternating in one run.
+
+    Keys ``t{threads}_{form}``: ``eager_native``, ``eager_fxpool``, ``eager_fxpool_dynamic``,
+    ``eager_floor`` (torch at ``threads`` threads); ``ort_fxpool``, ``ort_fxpool_dynamic``,
+    ``ort_floor`` (onnxruntime, spinning off, graphs from the TorchScript exporter, ``dynamo=False``);
+    ``ort_fxpool_gather`` where the plan has an ONNX form of its own (the max family's general windows:
+    the gather + MaxPool graph that ``torch.export`` keeps, exported as such); ``openvino_native``.
+    """
+    from dataclasses import replace
+
+    from fxpool.replacements import ExactAdaptivePool
+
+    x = torch.randn(shape)
+    native = native_pool(family, output).eval()
+    dims = len(output)
+    static = fxpool.convert(native, x)
+    graphs: dict[str, nn.Module] = {
+        "fxpool": static,
+        "fxpool_dynamic": fxpool.convert(native, x, dynamic=True),
+        "floor": SpatialMax(dims),
+    }
+    plan = choose_plan(family, tuple(shape[-dims:]), output)  # type: ignore[arg-type]
+    if plan.onnx_steps:
+        graphs["fxpool_gather"] = ExactAdaptivePool(replace(plan, onnx_steps=()))
+    paths = {}
+    for name, module in graphs.items():
+        paths[name] = f"{workdir}/{name}.onnx"
+        torch.onnx.export(module, (x,), paths[name], dynamo=False)
+    sessions = ort_sessions(paths, threads=threads)
+    array = x.numpy()
+    contenders: dict[str, Any] = {
+        f"ort_{name}": (lambda s=s: s.run(None, {s.get_inputs()[0].name: array})) for name, s in sessions.items()
+    }
+    eager_modules = {"native": native, "fxpool": static, "fxpool_dynamic": graphs["fxpool_dynamic"], "floor": graphs["floor"]}
+    contenders.update({f"eager_{name}": (lambda m=m: m(x)) for name, m in eager_modules.items()})
+    request = _openvino_native(native, x, threads)
+    if request is not None:
+        contenders["openvino_native"] = lambda: request.infer([array])
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.no_grad():
+            times = side_by_side(contenders, repeats)
+    finally:
+        torch.set_num_threads(saved)
+    return {f"t{threads}_{name}": t for name, t in times.items()}
+
+
+def pools_section(repeats: int, device: str, dtypes: Sequence[str], with_onnx: bool, only: str = "") -> dict[str, Any]:
     bandwidth = copy_bandwidth() if device == "cpu" else None
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         for name, family, shape, output in SHAPES:
+            if only not in name:
+                continue
             for dtype in dtypes:
                 row: dict[str, Any] = {
                     "case": name,
@@ -218,6 +302,8 @@ def pools_section(repeats: int, device: str, dtypes: Sequence[str], with_onnx: b
                 row.update(eager_case(family, shape, output, repeats, device, DTYPES[dtype]))
                 if with_onnx and device == "cpu" and dtype == "float32":
                     row.update(onnx_case(family, shape, output, repeats, workdir))
+                    for threads in RUNTIME_THREADS:
+                        row.update(runtime_case(family, shape, output, repeats, workdir, threads))
                 if bandwidth:
                     size = DTYPES[dtype].itemsize
                     nbytes = size * (torch.Size(shape).numel() + torch.Size(shape[: -len(output)] + output).numel())
@@ -427,6 +513,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--convert-repeats", type=int, default=5, help="alternating forward/convert pairs per model")
     add_device_options(parser, "cpu or cuda (pools, models, compile, aoti; the rest are CPU measurements)")
     parser.add_argument("--skip-onnx", action="store_true")
+    parser.add_argument("--cases", default="", help="pools: only the cases whose name holds this text (e.g. max)")
     parser.add_argument("--out", default="reports/bench.json")
     args = parser.parse_args(argv)
     device, dtypes = device_and_dtypes(parser, args)
@@ -464,7 +551,7 @@ HEADERS = {
 
 def run_section(section: str, args: argparse.Namespace, device: str, dtypes: tuple[str, ...]) -> Any:
     if section == "pools":
-        return pools_section(args.repeats, device, dtypes, not args.skip_onnx)
+        return pools_section(args.repeats, device, dtypes, not args.skip_onnx, args.cases)
     if section == "convert":
         return convert_section(args.convert_repeats)
     if section == "kronecker":

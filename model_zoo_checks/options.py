@@ -34,8 +34,9 @@ def ort_provider(device: str) -> str:
     return "CPUExecutionProvider"
 
 
-def ort_sessions(paths: dict[str, str], provider: str = "CPUExecutionProvider") -> dict[str, Any]:
-    """One onnxruntime session per named graph, all on ``provider``, for timing side by side.
+def ort_sessions(paths: dict[str, str], provider: str = "CPUExecutionProvider", threads: int = 0) -> dict[str, Any]:
+    """One onnxruntime session per named graph, all on ``provider``, for timing side by side
+    (``threads`` intra-op threads; 0: onnxruntime's default, one per core).
 
     The sessions' worker threads do not spin-wait after a run: spinning threads of one session take
     the cores from the next session's run when the two alternate, which timed two identical
@@ -45,4 +46,5 @@ def ort_sessions(paths: dict[str, str], provider: str = "CPUExecutionProvider") 
 
     options = onnxruntime.SessionOptions()
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.intra_op_num_threads = threads
     return {name: onnxruntime.InferenceSession(path, options, providers=[provider]) for name, path in paths.items()}

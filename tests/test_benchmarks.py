@@ -31,6 +31,15 @@ def test_eager_and_onnx_cases_time_every_contender(family: str, tmp_path) -> Non
     assert ("ort_dynamo_original" in onnx_row) == (family == "avg"), onnx_row
 
 
+@pytest.mark.parametrize("family", ["avg", "max"])
+def test_the_runtime_case_times_every_form_at_the_given_threads(family: str, tmp_path) -> None:
+    row = benchmarks.runtime_case(family, (1, 8, 10, 10), (7, 7), repeats=1, workdir=str(tmp_path), threads=1)
+    forms = {"ort_fxpool", "ort_fxpool_dynamic", "ort_floor", "eager_native", "eager_fxpool", "eager_fxpool_dynamic", "eager_floor"}
+    forms |= {"openvino_native"} | ({"ort_fxpool_gather"} if family == "max" else set())  # max 10->7: window-max and gather graphs
+    assert set(row) == {f"t1_{form}" for form in forms}
+    assert all(t > 0 for t in row.values())
+
+
 def test_kronecker_fit_rows_name_the_chosen_plan(monkeypatch) -> None:
     monkeypatch.setattr(benchmarks, "KRONECKER_SIZES", ((10, 7), (33, 6)))
     rows = benchmarks.kronecker_section(repeats=1)
