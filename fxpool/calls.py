@@ -11,6 +11,12 @@ A *pool call* is one of:
 
 with ``output_size`` as int or tuple, positional or keyword, and ``None`` entries. This module
 turns each into a :class:`PoolCall`; it knows nothing of torch.fx or of how pools are replaced.
+
+At the ATen level (``torch.export`` programs, the ``GraphModule`` of ``ExportedProgram.module()``) a
+pool call is one of the operators of :data:`ATEN_FORMS`: ``aten.adaptive_avg_pool1d/2d/3d``,
+``aten._adaptive_avg_pool2d/3d`` (what ``run_decompositions`` leaves) and
+``aten.adaptive_max_pool1d/2d/3d`` (which always return ``(values, indices)``);
+:func:`describe_aten` reads them.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ class PoolCall:
     family: PoolFamily
     spatial_dims: int | None  # None: interpolate's, known only from its input's rank
     op: str
-    form: str  # "module" or "functional"
+    form: str  # "module", "functional" or "aten" (an operator of a torch.export graph)
     output_size: tuple[int | None, ...] | None  # None: interpolate with scale_factor
     return_indices: bool = False
     dynamic_output_size: bool = False  # output_size is computed in the graph, not a constant
@@ -92,6 +98,68 @@ MODULE_FORMS: tuple[tuple[type[nn.Module], PoolFamily, int], ...] = (
 
 
 POOL_CLASS_NAMES = frozenset(cls.__name__ for cls, _, _ in MODULE_FORMS)
+
+
+def _aten_forms() -> dict[Any, _FunctionForm]:
+    aten = torch.ops.aten
+    table: dict[Any, _FunctionForm] = {}
+    for name, family, dims in (
+        ("adaptive_avg_pool1d", "avg", 1),
+        ("adaptive_avg_pool2d", "avg", 2),
+        ("adaptive_avg_pool3d", "avg", 3),
+        ("_adaptive_avg_pool2d", "avg", 2),
+        ("_adaptive_avg_pool3d", "avg", 3),
+        ("adaptive_max_pool1d", "max", 1),
+        ("adaptive_max_pool2d", "max", 2),
+        ("adaptive_max_pool3d", "max", 3),
+    ):
+        overload = getattr(aten, name).default
+        table[overload] = _FunctionForm(family, dims, f"aten.{name}.default", always_indices=family == "max")  # type: ignore[arg-type]
+    return table
+
+
+# The ATen operators of adaptive pools that torch.export programs hold, before and after
+# run_decompositions (torch 2.14: export keeps adaptive_avg_pool{1,2,3}d and adaptive_max_pool{1,2,3}d;
+# the core ATen decompositions turn the average ones into _adaptive_avg_pool2d/3d, 1d pools into 2d
+# ones between unsqueeze and squeeze, and keep adaptive_max_pool2d/3d).
+ATEN_FORMS: dict[Any, _FunctionForm] = _aten_forms()
+
+
+def is_aten_pool(target: Any) -> bool:
+    """True for the ATen operator of an adaptive pool (a graph node's ``target``)."""
+    try:
+        return target in ATEN_FORMS
+    except TypeError:  # unhashable
+        return False
+
+
+def describe_aten(target: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[PoolCall, Any] | None:
+    """The pool call an ATen operator makes and its input, or ``None`` if it is no pool.
+
+    ``output_size`` entries that are not ints (a symbolic size: a graph node) make the call's
+    ``dynamic_output_size``. The max operators always return ``(values, indices)``
+    (:func:`aten_returns_indices`); whether the graph uses the indices is the graph's to say, so
+    ``return_indices`` is left ``False`` here.
+    """
+    if not is_aten_pool(target):
+        return None
+    form = ATEN_FORMS[target]
+    values = dict(zip(("input", "output_size"), args))
+    values.update(kwargs)
+    if "input" not in values and "self" in values:
+        values["input"] = values["self"]
+    size = values.get("output_size")
+    assert form.spatial_dims is not None
+    if not _is_constant_size(size) or size is None:
+        call = PoolCall(form.family, form.spatial_dims, form.op, "aten", None, dynamic_output_size=True)
+    else:
+        call = PoolCall(form.family, form.spatial_dims, form.op, "aten", normalize_output_size(size, form.spatial_dims, form.op))
+    return call, values.get("input")
+
+
+def aten_returns_indices(target: Any) -> bool:
+    """True for the ATen max pools, whose result is ``(values, indices)``."""
+    return is_aten_pool(target) and ATEN_FORMS[target].always_indices
 
 
 def is_pool_function(func: Any) -> bool:

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.export import ExportedProgram
 
 from .building import build
 from .checking import Noise, SelfCheck, rounding_noise, self_check
@@ -35,8 +36,9 @@ from .errors import SelfCheckError, UnconvertedPoolError, UnsupportedModelError
 from .example import Example, read_example
 from .finding import FoundPools, find_pools
 from .globalstate import LOCK
+from .programs import convert_aten_graph, convert_program, has_aten_pools
 from .recording import Recording, record_pool_calls
-from .report import REPORT_ATTRIBUTE, ConversionReport
+from .report import REPORT_ATTRIBUTE, ConversionReport, attach_report, report_of
 
 # A conversion that fails its self-check is redone with what failed undone; each round undoes at
 # least one replacement or one level of tracing, so this bounds only pathological models.
@@ -44,8 +46,8 @@ MAX_CHECK_ROUNDS = 16
 
 
 def convert(
-    model: nn.Module,
-    example_input: Any,
+    model: nn.Module | ExportedProgram,
+    example_input: Any = None,
     *,
     example_kwargs: Mapping[str, Any] | None = None,
     strict: bool = False,
@@ -81,7 +83,18 @@ def convert(
     kron-matmul HW 5x5->7x7
     >>> report_of(converted).check.status
     'passed'
+
+    A ``torch.export`` program (``ExportedProgram``, its example input optional) gives a new program
+    with every ATen adaptive pool replaced, and a ``GraphModule`` calling the ATen pool operators
+    (``program.module()``) a rewritten copy: see :mod:`fxpool.programs`.
     """
+    if isinstance(model, ExportedProgram) or has_aten_pools(model):
+        return _convert_program(model, example_input, example_kwargs, strict, dynamic, quantizable)
+    if example_input is None:
+        raise TypeError(
+            "fxpool.convert(model, example_input): an nn.Module needs its example input (only a torch.export program "
+            "carries its own)"
+        )
     converted, report = _convert(model, read_example(example_input, example_kwargs), dynamic, quantizable)
     if strict:
         enforce_strict(report, for_export=False)
@@ -112,10 +125,34 @@ def enforce_strict(report: ConversionReport, *, for_export: bool) -> None:
         raise SelfCheckError(f"strict=True and the self-check did not pass at once: {report.check.summary()}")
 
 
+def _convert_program(
+    model: Any, example_input: Any, example_kwargs: Mapping[str, Any] | None, strict: bool, dynamic: bool, quantizable: bool
+) -> Any:
+    """``convert`` of a torch.export program, or of a GraphModule calling ATen pool operators (fxpool.programs)."""
+    example = None if example_input is None else read_example(example_input, example_kwargs)
+    converted: Any
+    if isinstance(model, ExportedProgram):
+        converted, report = convert_program(model, example, dynamic=dynamic, quantizable=quantizable)
+    elif example is None:
+        raise TypeError("fxpool.convert(graph_module, example_input): a GraphModule needs its example input")
+    else:
+        converted, report = convert_aten_graph(model, example, dynamic=dynamic, quantizable=quantizable)
+    if strict:
+        enforce_strict(report, for_export=False)
+    attach_report(converted, report)
+    return converted
+
+
 def explain(
-    model: nn.Module, example_input: Any, *, example_kwargs: Mapping[str, Any] | None = None, dynamic: bool = False
+    model: nn.Module | ExportedProgram,
+    example_input: Any = None,
+    *,
+    example_kwargs: Mapping[str, Any] | None = None,
+    dynamic: bool = False,
 ) -> ConversionReport:
     """The report ``convert`` would produce (every pool, its replacement and why), without the converted model."""
+    if isinstance(model, ExportedProgram) or has_aten_pools(model):
+        return report_of(_convert_program(model, example_input, example_kwargs, False, dynamic, False))
     return _convert(model, read_example(example_input, example_kwargs), dynamic)[1]
 
 

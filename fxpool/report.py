@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from torch import nn
 
@@ -109,7 +110,9 @@ class ConversionReport:
         return "\n".join(lines)
 
     def summary(self) -> str:
-        if "" in self.traced:
+        if self.records and all(r.form == "aten" for r in self.records):
+            reached = "ATen operators of the exported graph rewritten"
+        elif "" in self.traced:
             reached = "whole model traced"
         elif self.traced:
             reached = f"traced where pools are called functionally: {', '.join(self.traced)}"
@@ -150,9 +153,21 @@ def _shape(shape: tuple[int, ...] | None) -> str:
     return "?" if shape is None else "x".join(map(str, shape))
 
 
-def report_of(module: nn.Module) -> ConversionReport:
-    """The report ``fxpool.convert`` attached to the module it returned."""
-    report = getattr(module, REPORT_ATTRIBUTE, None)
+# The reports of converted torch.export programs (ExportedProgram objects carry no attributes of ours).
+_PROGRAM_REPORTS: WeakKeyDictionary[Any, ConversionReport] = WeakKeyDictionary()
+
+
+def attach_report(converted: Any, report: ConversionReport) -> None:
+    """Make ``report`` what :func:`report_of` gives for ``converted`` (a module, or an ``ExportedProgram``)."""
+    if isinstance(converted, nn.Module):
+        setattr(converted, REPORT_ATTRIBUTE, report)
+    else:
+        _PROGRAM_REPORTS[converted] = report
+
+
+def report_of(module: nn.Module | Any) -> ConversionReport:
+    """The report ``fxpool.convert`` attached to the module (or ``torch.export`` program) it returned."""
+    report = getattr(module, REPORT_ATTRIBUTE, None) if isinstance(module, nn.Module) else _PROGRAM_REPORTS.get(module)
     if not isinstance(report, ConversionReport):
         raise ValueError("this module was not returned by fxpool.convert, so it carries no report")
     return report

@@ -31,7 +31,8 @@ ALLOWED["recording"] = ALLOWED["graph_pass"] = ALLOWED["checking"] = ALLOWED["re
 ALLOWED["finding"] = set(ALLOWED["recording"])
 ALLOWED["deciding"] = ALLOWED["finding"] | {"finding"}
 ALLOWED["building"] = ALLOWED["deciding"] | {"deciding"}
-ALLOWED["convert"] = ALLOWED["building"] | {"building"}
+ALLOWED["programs"] = ALLOWED["building"] | {"building"}  # the torch.export pass: beside the stages, below convert
+ALLOWED["convert"] = ALLOWED["programs"] | {"programs"}
 ALLOWED["symbolics"] = ALLOWED["convert"] | {"convert"}
 ALLOWED["verifying"] = ALLOWED["symbolics"]
 ALLOWED["exporting"] = ALLOWED["symbolics"] | {"symbolics", "verifying"}
@@ -54,6 +55,7 @@ FORBIDDEN_THIRD_PARTY: dict[str, tuple[str, ...]] = {
             "deciding",
             "building",
             "convert",
+            "programs",
             "copying",
             "globalstate",
             "errors",
