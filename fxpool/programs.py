@@ -377,9 +377,8 @@ def _replacement(site: AtenPoolSite, decision: PoolDecision, seen: _Seen, quanti
     else:
         weight_dtype = torch.float64 if seen.input.dtype == torch.float64 else torch.float32
         batched = seen.input.dim() == dims + 2
-        replacement = ExactAdaptivePool(
-            plan, site.location, weight_dtype, seen.input.device, batched=batched, quantizable=quantizable
-        )
+        options = {"quantizable": True} if quantizable else {}  # the einsum form, only where it is asked for
+        replacement = ExactAdaptivePool(plan, site.location, weight_dtype, seen.input.device, batched=batched, **options)
     return replacement.train(False)
 
 

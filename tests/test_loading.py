@@ -31,3 +31,32 @@ def test_module_and_file_specs(tmp_path) -> None:
 def test_bad_specs_say_what_is_wrong(spec: str, message: str) -> None:
     with pytest.raises(ModelSpecError, match=message):
         load_model(spec)
+
+
+def test_a_pt2_file_gives_its_exported_program(tmp_path) -> None:
+    x = torch.randn(1, 2, 9, 9)
+    program = torch.export.export(nn.Sequential(nn.AdaptiveAvgPool2d(4)), (x,))
+    path = tmp_path / "pool.pt2"
+    torch.export.save(program, path)
+    loaded = load_model(str(path))
+    assert isinstance(loaded, torch.export.ExportedProgram)
+    torch.testing.assert_close(loaded.module()(x), program.module()(x))
+
+
+def test_a_pt_file_gives_the_whole_pickled_model_in_eval_mode(tmp_path) -> None:
+    path = tmp_path / "whole.pt"
+    torch.save(nn.Sequential(nn.Dropout(), nn.AdaptiveMaxPool2d(3)).train(), path)
+    model = load_model(str(path))
+    assert isinstance(model, nn.Sequential) and not model.training
+
+
+def test_a_pt_file_holding_a_state_dict_is_refused(tmp_path) -> None:
+    path = tmp_path / "weights.pt"
+    torch.save(nn.Linear(2, 2).state_dict(), path)
+    with pytest.raises(ModelSpecError, match="not an nn.Module.*state_dict"):
+        load_model(str(path))
+    with pytest.raises(ModelSpecError, match="no file"):
+        load_model(str(tmp_path / "missing.pt2"))
+    (tmp_path / "junk.pt2").write_bytes(b"not a program")
+    with pytest.raises(ModelSpecError, match="torch.export.load cannot read it"):
+        load_model(str(tmp_path / "junk.pt2"))
