@@ -82,6 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(error))
     from fxpool.errors import FxpoolError
 
+    if not isinstance(model, nn.Module):
+        parser.error(f"{args.model}: a torch.export program; convert it with fxpool.convert(program) in Python")
     try:
         return _run(args, model)
     except argparse.ArgumentTypeError as error:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import torch
 from torch import nn
@@ -45,6 +45,30 @@ from .report import REPORT_ATTRIBUTE, ConversionReport, attach_report, report_of
 MAX_CHECK_ROUNDS = 16
 
 
+@overload
+def convert(
+    model: ExportedProgram,
+    example_input: Any = None,
+    *,
+    example_kwargs: Mapping[str, Any] | None = None,
+    strict: bool = False,
+    dynamic: bool = False,
+    quantizable: bool = False,
+) -> ExportedProgram: ...
+
+
+@overload
+def convert(
+    model: nn.Module,
+    example_input: Any = None,
+    *,
+    example_kwargs: Mapping[str, Any] | None = None,
+    strict: bool = False,
+    dynamic: bool = False,
+    quantizable: bool = False,
+) -> nn.Module: ...
+
+
 def convert(
     model: nn.Module | ExportedProgram,
     example_input: Any = None,
@@ -53,7 +77,7 @@ def convert(
     strict: bool = False,
     dynamic: bool = False,
     quantizable: bool = False,
-) -> nn.Module:
+) -> nn.Module | ExportedProgram:
     """Return a model that computes the same function with every adaptive pool replaced exactly.
 
     ``example_input`` and ``example_kwargs`` are read as ``torch.onnx.export`` reads ``args`` and
