@@ -4,8 +4,10 @@ Per pooled axis of runtime length ``L`` and output ``o``, output ``i`` takes inp
 when ``(j + 1) * o > i * L`` and ``j * o < (i + 1) * L``: PyTorch's window
 ``[floor(i*L/o), ceil((i+1)*L/o))`` from integer arithmetic alone, without any division.
 
-- :class:`DynamicAdaptiveAvgPool` turns that window mask into the averaging matrix and applies it
-  by matmul. It exports as Shape, Range, Mul, Add, Less/Greater, And, Cast, ReduceSum, Div and MatMul.
+- :class:`DynamicAdaptiveAvgPool` selects each window's entries with the mask (``Where``, zero
+  elsewhere), sums them and divides by the window's length, one axis at a time. It exports as Shape,
+  Range, Mul, Add, Less/Greater, And, Where, ReduceSum, Cast and Div. A selection, not a product with
+  an averaging matrix: ``0 * inf`` is NaN, so a matrix would spread a non-finite entry over its axis.
 - :class:`DynamicAdaptiveMaxPool` selects each window's entries with the mask (``Where``) and takes
   their maximum, one axis at a time, last axis first (so a tie's gradient lands where PyTorch's
   does, the first maximum in row-major order). It exports as Shape, Range, Mul, Add, Less/Greater,
@@ -22,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .replacements import check_input, keep_memory_format, matmul_along
+from .replacements import check_input, keep_memory_format, native_pool_module, normalized_output_size
 
 torch.fx.wrap("check_input")  # a leaf here too, so converted models trace again with torch.fx
 
@@ -32,12 +34,6 @@ def runtime_window_mask(length: torch.Tensor | int, out_size: int, device: torch
     rows = torch.arange(out_size, device=device).unsqueeze(1)  # i
     cols = torch.arange(length, device=device).unsqueeze(0)  # type: ignore[arg-type]  # j; a SymInt under tracing
     return ((cols + 1) * out_size > rows * length) & (cols * out_size < (rows + 1) * length)
-
-
-def runtime_averaging_matrix(length: torch.Tensor | int, out_size: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The (out_size x length) averaging matrix, built from ops that trace with a symbolic length."""
-    weights = runtime_window_mask(length, out_size, device).to(dtype)
-    return weights / weights.sum(dim=1, keepdim=True)
 
 
 def runtime_window_starts(length: torch.Tensor | int, out_size: int, device: torch.device) -> torch.Tensor:
@@ -60,6 +56,19 @@ class _DynamicPool(nn.Module):
         """The family and output_size of the native pool this module stands for (for the self-check)."""
         return self.family, self.out_sizes
 
+    @property
+    def output_size(self) -> tuple[int | None, ...]:
+        """The output size, as the native module holds it; assigning one takes effect at the next call."""
+        return self.out_sizes
+
+    @output_size.setter
+    def output_size(self, value: int | None | tuple[int | None, ...]) -> None:
+        self.out_sizes = normalized_output_size(value, len(self.out_sizes), self.location)
+
+    def __prepare_scriptable__(self) -> nn.Module:
+        """``torch.jit.script`` gets the native pool this module stands for (same function, scriptable)."""
+        return native_pool_module(self.family, self.out_sizes)
+
     def extra_repr(self) -> str:
         return f"output_size={self.out_sizes}, windows from the runtime size"
 
@@ -72,13 +81,17 @@ class DynamicAdaptiveAvgPool(_DynamicPool):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = source = check_input(x, (None,) * len(self.out_sizes), self.location)
         dtype = x.dtype
-        x = x.to(torch.promote_types(dtype, torch.float32))
+        x = x.to(torch.promote_types(dtype, torch.float32))  # half and bfloat16 summed in float32, rounded once
         dims = len(self.out_sizes)
-        pooled = [(axis, out_size) for axis, out_size in enumerate(self.out_sizes) if out_size is not None]
-        for axis, out_size in pooled:
-            dim = axis - dims
-            weight = runtime_averaging_matrix(x.shape[dim], out_size, x.dtype, x.device)
-            x = matmul_along(x, weight, dim, last_step=axis == pooled[-1][0])
+        for axis, out_size in enumerate(self.out_sizes):
+            if out_size is None:
+                continue
+            last = x.dim() - 1
+            dim = last + 1 + axis - dims  # positive: TorchScript's export of movedim mistranslates negative axes
+            mask = runtime_window_mask(x.shape[dim], out_size, x.device)  # (o, L)
+            rows = x.movedim(dim, last).unsqueeze(-2)  # (..., 1, L)
+            sums = torch.where(mask, rows, torch.zeros((), dtype=x.dtype, device=x.device)).sum(-1)
+            x = (sums / mask.sum(-1).to(x.dtype)).movedim(last, dim)
         return keep_memory_format(source, x.to(dtype), dims)
 
 

@@ -14,15 +14,23 @@ kind            when                                         computed by
 ``reduce``      output 1                                      mean / amax over the axis
 ``pool``        all windows one length k, starts step s        AvgPool / MaxPool(kernel k, stride s)
 ``upsample``    output == r * input for an integer r >= 2       nearest upsampling
-``matrix``      anything else (average family)                 averaging matrix, applied by matmul
-``gather``      anything else (max family)                     constant-index gather of each window, padded
-                                                             to the longest, then one MaxPool
+``sliding``     average family, windows of at most             one stride-1 AvgPool per window length,
+                ``SLIDING_MAX_LENGTH``                         then a constant-index gather of the starts
+``slices``      average family, at most ``SLICES_MAX_WINDOWS``  each window sliced and averaged, then
+                windows                                       concatenated
+``gather``      anything else                                  constant-index gather of each window, padded
+                                                             to the longest (max: repeating its last
+                                                             position; average: a zero, then rescaled),
+                                                             then one MaxPool / AvgPool
 ==============  ===========================================  ======================================
 
-Steps run in this order: one pooling over all spatial axes (or one reduction), then the general
-axes (matmuls, most-shrinking axis first, or one Kronecker matmul where :func:`prefer_kronecker`
-says so), then one upsampling. Every average kind is separable by axis, so the order only changes
-the cost. The max family is not separable for its gradient: PyTorch sends it to the first maximum
+Every form sums or compares only the entries of a window, so a NaN or an infinity stays in the
+windows that hold it, as in PyTorch's kernel. (A matrix product would not: ``0 * inf`` is NaN, and an
+averaging matrix multiplies every entry of the axis.)
+
+Steps run in this order: one pooling over all spatial axes (or one reduction), then the
+sliding and sliced axes, most-shrinking first, then one upsampling. Every average kind is separable
+by axis, so the order only changes the cost. The max family is not separable for its gradient: PyTorch sends it to the first maximum
 of each window in row-major order, and per-axis maxima would pick it column by column. So general
 max axes are first gathered — each window's positions copied out in order, padded to the longest
 window by repeating its last position — and then a single MaxPool covers every axis at once
@@ -42,29 +50,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from math import prod
 from typing import Literal, get_args
 
 from .windows import uniform_stride, upsample_factor, window_lengths
 
 PoolFamily = Literal["avg", "max"]
-AxisKind = Literal["identity", "reduce", "pool", "upsample", "matrix", "gather"]
+AxisKind = Literal["identity", "reduce", "pool", "upsample", "sliding", "slices", "gather"]
 DecisionAction = Literal["exact", "dynamic", "left"]
 
-# Kronecker rule, fitted to the eager CPU benchmark (``python -m model_zoo_checks.benchmarks --sections
-# kronecker``, C=512, square inputs 4..64 to outputs 3..17, Kronecker time over separable time,
-# forward and forward+backward). Against the separable form as eager runs it (H by one batched
-# matmul, then W) the limit is the crossover: one (Ho*Wo x H*W) matmul wins up to 19,600 entries
-# (20->7: 0.70x/0.94x; 22->6, 17,424: 0.72x/0.97x) and loses from 30,625 (25->7: 0.85x/1.21x,
-# 33->6: 1.14x/1.28x). When the pool grows the plane the forward lost earlier against the old
-# separable form (6->17, 10,404 entries: 0.90x-1.25x), hence a lower limit; against the new one it
-# wins there (0.46x/0.52x), left as it is until onnxruntime is measured on those graphs.
-# An average axis whose averaging matrix would hold more elements than this is pooled by gathering
-# its windows instead (memory and time linear in the length); fitted by the benchmarks' longaxis
-# section, see the README.
-LONG_AXIS_MATRIX_ELEMENTS = 1 << 18
-KRONECKER_MAX_ELEMENTS = 20480
-KRONECKER_MAX_ELEMENTS_GROWING = 4096
+# Which exact form a general average axis gets, fitted to onnxruntime on the CPU (one thread;
+# ``python -m model_zoo_checks.benchmarks --sections pools``): a stride-1 AvgPool reads each entry once
+# per window length that covers it, so it wins while windows are short (10->7 at 8x512: 2.3 ms against
+# 4.0 ms for slices; 13->6: 0.18 against 0.49), and slicing each window wins once they are long (64->6:
+# 1.6 ms against 4.7; 1d 1000->101: 1.0 against 7.7), while the windows are few enough that one Slice
+# and one ReduceMean per window cost little; beyond that the windows are gathered, zero-padded.
+SLIDING_MAX_LENGTH = 5
+SLICES_MAX_WINDOWS = 128
 
 
 def axis_names(spatial_dims: int) -> tuple[str, ...]:
@@ -105,21 +106,26 @@ class ReduceStep:
 
 
 @dataclass(frozen=True)
-class MatmulStep:
-    """Multiply one axis by its (out_size x in_size) averaging matrix."""
+class SlidingWindowStep:
+    """Average one axis by a stride-1 AvgPool per window length, then gather each window's start.
+
+    The pooled results of the lengths are concatenated along the axis (shortest length first) and
+    output ``i`` is the entry at its window's length block and start (:func:`sliding_window_indices`).
+    """
 
     axis: int
     in_size: int
     out_size: int
+    lengths: tuple[int, ...]
 
 
 @dataclass(frozen=True)
-class KroneckerStep:
-    """Multiply the flattened axes by the Kronecker product of their averaging matrices."""
+class WindowSlicesStep:
+    """Average one axis window by window: slice each window, take its mean, concatenate the means."""
 
-    axes: tuple[int, ...]
-    in_sizes: tuple[int, ...]
-    out_sizes: tuple[int, ...]
+    axis: int
+    in_size: int
+    out_size: int
 
 
 @dataclass(frozen=True)
@@ -175,7 +181,9 @@ class UpsampleStep:
     sizes: tuple[int | None, ...]
 
 
-Step = PoolStep | ReduceStep | MatmulStep | KroneckerStep | WindowGatherStep | WindowMaxStep | WindowScaleStep | UpsampleStep
+Step = (
+    PoolStep | ReduceStep | SlidingWindowStep | WindowSlicesStep | WindowGatherStep | WindowMaxStep | WindowScaleStep | UpsampleStep
+)
 
 
 @dataclass(frozen=True)
@@ -188,7 +196,6 @@ class PoolPlan:
     axes: tuple[AxisChoice, ...]
     steps: tuple[Step, ...]
     scaled_output: bool = False  # the output size derives from the input's (interpolate's scale_factor)
-    eager_order: tuple[int, ...] = ()  # the order eager runs ``steps`` in (indices); exporters run them in order
     # What ONNX export runs instead of ``steps`` (forward values only; empty: ``steps``). See :func:`onnx_max_steps`.
     onnx_steps: tuple[Step, ...] = ()
 
@@ -244,8 +251,8 @@ def _step_kind(step: Step, spatial_dims: int) -> str:
     if isinstance(step, ReduceStep):
         return "mean" if step.family == "avg" else "amax"
     kinds: dict[type, str] = {
-        MatmulStep: "matmul",
-        KroneckerStep: "kron-matmul",
+        SlidingWindowStep: "sliding",
+        WindowSlicesStep: "slices",
         WindowGatherStep: "gather",
         WindowMaxStep: "window-max",
         WindowScaleStep: "scale",
@@ -262,12 +269,11 @@ def _describe_step(step: Step, spatial_dims: int) -> str:
     if isinstance(step, ReduceStep):
         op = "mean" if step.family == "avg" else "amax"
         return f"{op}({','.join(names[a] for a in step.axes)})"
-    if isinstance(step, MatmulStep):
-        return f"matmul {names[step.axis]} {step.in_size}->{step.out_size}"
-    if isinstance(step, KroneckerStep):
-        ins = "x".join(map(str, step.in_sizes))
-        outs = "x".join(map(str, step.out_sizes))
-        return f"kron-matmul {''.join(names[a] for a in step.axes)} {ins}->{outs}"
+    if isinstance(step, SlidingWindowStep):
+        lengths = ",".join(map(str, step.lengths))
+        return f"sliding {names[step.axis]} {step.in_size}->{step.out_size} (k={lengths})"
+    if isinstance(step, WindowSlicesStep):
+        return f"slices {names[step.axis]} {step.in_size}->{step.out_size}"
     if isinstance(step, WindowGatherStep):
         padding = ", zero-padded" if step.zero_padded else ""
         return f"gather {names[step.axis]} {step.in_size}->{step.out_size}x{step.span}{padding}"
@@ -319,33 +325,56 @@ def _upsample_rule(family: PoolFamily, in_size: int, out_size: int, follows: boo
     return AxisChoice("upsample", in_size, out_size, f"{in_size}->{out_size}: {factor}x multiple, nearest", factor=factor)
 
 
-def _general_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool) -> AxisChoice:
+def _sliding_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool) -> AxisChoice | str:
     lengths = window_lengths(in_size, out_size)
-    shape = f"windows of lengths {lengths}" if len(lengths) > 1 else f"{lengths[0]}-windows at uneven starts"
-    if family == "avg" and in_size * out_size > LONG_AXIS_MATRIX_ELEMENTS:
-        return AxisChoice(
-            "gather",
-            in_size,
-            out_size,
-            f"{in_size}->{out_size}: {shape}; a {out_size}x{in_size} matrix would exceed "
-            f"{LONG_AXIS_MATRIX_ELEMENTS} elements, so gathered windows, zero-padded, averaged and "
-            f"rescaled",
-            kernel=lengths[-1],
-            stride=lengths[-1],
-        )
-    if family == "avg":
-        return AxisChoice("matrix", in_size, out_size, f"{in_size}->{out_size}: {shape}, averaging matrix")
+    if family != "avg":
+        return "max family: windows are gathered, so a tie's gradient lands where PyTorch's does"
+    if lengths[-1] > SLIDING_MAX_LENGTH:
+        return f"windows of up to {lengths[-1]} entries (sliding pools up to {SLIDING_MAX_LENGTH})"
+    return AxisChoice(
+        "sliding",
+        in_size,
+        out_size,
+        f"{in_size}->{out_size}: {_shape(lengths)}, a stride-1 AvgPool per length, then the starts gathered",
+        kernel=lengths[-1],
+    )
+
+
+def _slices_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool) -> AxisChoice | str:
+    if family != "avg":
+        return "max family: windows are gathered"
+    if out_size > SLICES_MAX_WINDOWS:
+        return f"{out_size} windows (slices up to {SLICES_MAX_WINDOWS})"
+    lengths = window_lengths(in_size, out_size)
+    return AxisChoice("slices", in_size, out_size, f"{in_size}->{out_size}: {_shape(lengths)}, each window sliced and averaged")
+
+
+def _gather_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool) -> AxisChoice:
+    lengths = window_lengths(in_size, out_size)
+    how = "zero-padded, averaged and rescaled" if family == "avg" else "max"
     return AxisChoice(
         "gather",
         in_size,
         out_size,
-        f"{in_size}->{out_size}: {shape}, gathered windows, max",
+        f"{in_size}->{out_size}: {_shape(lengths)}, gathered windows, {how}",
         kernel=lengths[-1],
         stride=lengths[-1],
     )
 
 
-AXIS_RULES: tuple[AxisRule, ...] = (_identity_rule, _reduce_rule, _pool_rule, _upsample_rule, _general_rule)
+def _shape(lengths: tuple[int, ...]) -> str:
+    return f"windows of lengths {lengths}" if len(lengths) > 1 else f"{lengths[0]}-windows at uneven starts"
+
+
+AXIS_RULES: tuple[AxisRule, ...] = (
+    _identity_rule,
+    _reduce_rule,
+    _pool_rule,
+    _upsample_rule,
+    _sliding_rule,
+    _slices_rule,
+    _gather_rule,
+)
 
 
 def choose_axis(family: PoolFamily, in_size: int, out_size: int, follows_input: bool = False) -> AxisChoice:
@@ -361,21 +390,9 @@ def choose_axis(family: PoolFamily, in_size: int, out_size: int, follows_input: 
     raise AssertionError("the general rule always applies")
 
 
-def kronecker_cost(in_sizes: tuple[int, ...], out_sizes: tuple[int, ...]) -> int:
-    """Multiply-adds per plane of one matmul by the Kronecker product (its element count too)."""
-    return prod(in_sizes) * prod(out_sizes)
-
-
-def prefer_kronecker(in_sizes: tuple[int, ...], out_sizes: tuple[int, ...]) -> bool:
-    """The documented cost rule: one Kronecker matmul while its matrix is small enough to stay cached."""
-    if len(in_sizes) < 2:
-        return False
-    limit = KRONECKER_MAX_ELEMENTS if prod(out_sizes) <= prod(in_sizes) else KRONECKER_MAX_ELEMENTS_GROWING
-    return kronecker_cost(in_sizes, out_sizes) <= limit
-
-
-def _matmul_order(in_sizes: tuple[int, ...], out_sizes: tuple[int, ...]) -> list[int]:
-    return sorted(range(len(in_sizes)), key=lambda a: (out_sizes[a] / in_sizes[a], -a))
+def _shrink_order(axes: tuple[AxisChoice, ...], indices: list[int]) -> list[int]:
+    """Most-shrinking axis first (the earlier axis among equals): later steps read less."""
+    return sorted(indices, key=lambda a: (axes[a].out_size / axes[a].in_size, a))
 
 
 def choose_plan(
@@ -393,7 +410,7 @@ def choose_plan(
     >>> choose_plan("avg", (7, 7), (3, 3)).describe()
     'AvgPool2d(k=(3, 3), s=(2, 2))'
     >>> choose_plan("avg", (10, 10), (7, 7)).describe()
-    'kron-matmul HW 10x10->7x7'
+    'sliding H 10->7 (k=2,3) -> sliding W 10->7 (k=2,3)'
     """
     if family not in ("avg", "max"):
         raise ValueError(f"family must be 'avg' or 'max', got {family!r}")
@@ -411,7 +428,6 @@ def choose_plan(
         axes,
         steps,
         scaled_output,
-        _eager_order(family, axes, steps),
         onnx_max_steps(family, axes),
     )
 
@@ -445,37 +461,6 @@ def onnx_max_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[St
     return tuple(steps)
 
 
-def _eager_order(family: PoolFamily, axes: tuple[AxisChoice, ...], steps: tuple[Step, ...]) -> tuple[int, ...]:
-    """The order eager runs ``steps`` in: the average family's stages most-shrinking first, the
-    earlier axis first among equals; upsampling last. Exporters run ``steps`` as listed.
-
-    The average family's stages (the pooling with its gathers and scales, a mean, each matmul, a
-    Kronecker matmul) act on disjoint axes and commute. Exported, a pooling goes first and the last
-    axis first among equal matmuls: onnxruntime's MatMul over the last axis of a large plane is 2x
-    faster than its broadcast MatMul over axis -2. Eager is the other way round: a batched matmul
-    over axis -2 of the full input beats F.linear over its last axis with a few outputs, and an
-    AvgPool over the last axis of the full input (kernel (1, 10) on 100x60) loses to shrinking the
-    other axis by matmul first (64->6 and 33->6 at C=512, 100x60->6: 1.1-1.5x native
-    forward+backward against 1.0-1.1x).
-    """
-    if family == "max":
-        return tuple(range(len(steps)))
-    stages: list[tuple[float, int, list[int]]] = []  # (shrink, first axis, step indices)
-    pooling: list[int] = []
-    for index, step in enumerate(steps):
-        if isinstance(step, (WindowGatherStep, PoolStep, WindowScaleStep)):
-            pooling.append(index)
-        elif isinstance(step, (ReduceStep, MatmulStep, KroneckerStep)):
-            step_axes = (step.axis,) if isinstance(step, MatmulStep) else step.axes
-            shrink = prod(axes[a].out_size / axes[a].in_size for a in step_axes)
-            stages.append((shrink, min(step_axes), [index]))
-    if pooling:
-        pooled = [a for a, axis in enumerate(axes) if axis.kind in ("pool", "reduce", "gather")]
-        stages.append((prod(axes[a].out_size / axes[a].in_size for a in pooled), min(pooled), pooling))
-    order = [index for _, _, indices in sorted(stages, key=lambda stage: stage[:2]) for index in indices]
-    return tuple(order + [i for i, step in enumerate(steps) if isinstance(step, UpsampleStep)])
-
-
 def _steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]:
     steps: list[Step] = []
     kinds = [axis.kind for axis in axes]
@@ -496,16 +481,13 @@ def _steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]
     elif "reduce" in kinds:
         steps.append(ReduceStep(family, tuple(i for i, k in enumerate(kinds) if k == "reduce")))
 
-    general = [i for i, k in enumerate(kinds) if k == "matrix"]
-    if general:
-        ins = tuple(axes[i].in_size for i in general)
-        outs = tuple(axes[i].out_size for i in general)
-        trailing = general == list(range(len(axes) - len(general), len(axes)))
-        if trailing and prefer_kronecker(ins, outs):
-            steps.append(KroneckerStep(tuple(general), ins, outs))
+    general = [i for i, k in enumerate(kinds) if k in ("sliding", "slices")]
+    for i in _shrink_order(axes, general):
+        axis = axes[i]
+        if axis.kind == "sliding":
+            steps.append(SlidingWindowStep(i, axis.in_size, axis.out_size, window_lengths(axis.in_size, axis.out_size)))
         else:
-            for j in _matmul_order(ins, outs):
-                steps.append(MatmulStep(general[j], ins[j], outs[j]))
+            steps.append(WindowSlicesStep(i, axis.in_size, axis.out_size))
 
     if "upsample" in kinds:
         steps.append(UpsampleStep(tuple(None if a.follows_input else a.out_size for a in axes)))

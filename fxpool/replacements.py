@@ -33,44 +33,37 @@ from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
 from .errors import PoolCallError, SpatialSizeError
 from .planning import (
-    KroneckerStep,
-    MatmulStep,
     PoolPlan,
     PoolStep,
     ReduceStep,
+    SlidingWindowStep,
     UpsampleStep,
     WindowGatherStep,
     WindowMaxStep,
     WindowScaleStep,
+    WindowSlicesStep,
     axis_names,
+    choose_plan,
 )
 from .windows import window_bounds
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
+# Axis kinds whose windows eager leaves to PyTorch's own kernel (exact, native speed by definition).
+_WINDOWED_KINDS = ("gather", "sliding", "slices")
 _AVG_POOLS = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
 _MAX_POOLS = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 _NATIVE_MAX = {1: F.adaptive_max_pool1d, 2: F.adaptive_max_pool2d, 3: F.adaptive_max_pool3d}
 _NATIVE_AVG = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}
 
 
-def averaging_matrix(
-    in_size: int, out_size: int, dtype: torch.dtype = torch.float64, device: torch.device | str | None = None
-) -> torch.Tensor:
-    """The (out_size x in_size) matrix whose row i averages window i, built in float64 then cast."""
-    matrix = torch.zeros(out_size, in_size, dtype=torch.float64)
-    for i, (start, end) in enumerate(window_bounds(in_size, out_size)):
-        matrix[i, start:end] = 1.0 / (end - start)
-    return matrix.to(dtype=dtype, device=device)
-
-
-def kronecker_matrix(
-    in_sizes: Sequence[int], out_sizes: Sequence[int], dtype: torch.dtype = torch.float64, device: torch.device | str | None = None
-) -> torch.Tensor:
-    """The (prod(out) x prod(in)) averaging matrix over row-major flattened axes."""
-    matrix = torch.ones(1, 1, dtype=torch.float64)
-    for i, o in zip(in_sizes, out_sizes):
-        matrix = torch.kron(matrix, averaging_matrix(i, o))
-    return matrix.to(dtype=dtype, device=device)
+def sliding_window_indices(in_size: int, out_size: int, lengths: Sequence[int]) -> torch.Tensor:
+    """Where each window's mean lies in the concatenated stride-1 AvgPools of ``lengths`` (one block of
+    ``in_size - length + 1`` entries per length, shortest first): its length's block, then its start."""
+    offsets, offset = {}, 0
+    for length in lengths:
+        offsets[length] = offset
+        offset += in_size - length + 1
+    return torch.tensor([offsets[end - start] + start for start, end in window_bounds(in_size, out_size)], dtype=torch.int64)
 
 
 def window_gather_indices(in_size: int, out_size: int, span: int, zero_padded: bool = False) -> torch.Tensor:
@@ -199,32 +192,67 @@ class ExactAdaptivePool(nn.Module):
         weight_dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
         batched: bool = True,
-        quantizable: bool = False,
     ) -> None:
         super().__init__()
-        self.plan = plan
         self.location = location
         self.batched = batched  # the traced input had a batch axis (eager follows the input's rank)
-        # Traced (ONNX, torch.export), averaging matrices as an einsum, which INT8 quantizers leave in float.
-        self.quantizable = quantizable
+        self._set_plan(plan, weight_dtype, device)
+
+    def _set_plan(self, plan: PoolPlan, dtype: torch.dtype, device: torch.device | str | None) -> None:
+        self.plan = plan
         expected: list[int | None] = [None] * plan.spatial_dims
         for axis in plan.guarded_axes:
             expected[axis] = plan.in_sizes[axis]
         self.expected_sizes: tuple[int | None, ...] = tuple(expected)
-        self._native_in_eager = plan.family == "max" and any(a.kind == "gather" for a in plan.axes)
-        self._step_order = tuple(range(len(plan.steps)))
-        self._build_constants(weight_dtype, device)
+        self._native_in_eager = any(a.kind in _WINDOWED_KINDS for a in plan.axes)
+        for name in [name for name, _ in self.named_buffers(recurse=False) if name.startswith(("weight_", "indices_"))]:
+            delattr(self, name)
+        self._build_constants(dtype, device)
         # Every spatial size fixed: the eager fast path compares the input's with one tuple.
         self._fixed_sizes = self.expected_sizes if None not in self.expected_sizes else None
         self._fast = _fast_eager_kind(plan, self._native_in_eager, self._fixed_sizes is not None)
 
+    @property
+    def output_size(self) -> tuple[int | None, ...]:
+        """The output size this pool computes, as ``nn.AdaptiveAvgPool2d.output_size`` holds it.
+
+        Assigning another one (as a forward may do before each call) plans the pool again for it, at the
+        same input sizes, so the replacement reads its output size where the original does.
+        """
+        return self.fxpool_native_reference[1]
+
+    @output_size.setter
+    def output_size(self, value: int | None | Sequence[int | None]) -> None:
+        requested = normalized_output_size(value, self.plan.spatial_dims, self.location)
+        if requested == self.output_size:
+            return
+        if self.plan.scaled_output:
+            raise PoolCallError(
+                f"{_named(self.location)}: its output size follows interpolate's scale_factor; it cannot be set to "
+                f"{requested}. Convert the model again with the new scale."
+            )
+        follows = tuple(size is None for size in requested)
+        out_sizes = tuple(i if size is None else size for i, size in zip(self.plan.in_sizes, requested))
+        scales = [b for name, b in self.named_buffers(recurse=False) if name.startswith("weight_")]
+        indices = [b for name, b in self.named_buffers(recurse=False) if name.startswith("indices_")]
+        dtype = scales[0].dtype if scales else torch.float32
+        device = (scales or indices)[0].device if scales or indices else None
+        self._set_plan(planned(self.plan.family, self.plan.in_sizes, out_sizes, follows), dtype, device)
+
+    def __prepare_scriptable__(self) -> nn.Module:
+        """``torch.jit.script`` gets the native pool this module stands for (same function, scriptable)."""
+        return native_pool_module(*self.fxpool_native_reference)
+
     def _build_constants(self, dtype: torch.dtype, device: torch.device | str | None) -> None:
-        """(Re)build the averaging matrices (in ``dtype``) and window indices, exactly, on ``device``."""
+        """(Re)build the window scales (in ``dtype``) and window indices, exactly, on ``device``."""
         for index, step in enumerate(self.plan.steps):
             if isinstance(step, WindowGatherStep):
                 indices = window_gather_indices(step.in_size, step.out_size, step.span, step.zero_padded)
                 self.register_buffer(f"indices_{index}", indices.to(device), persistent=False)
-            elif isinstance(step, (MatmulStep, KroneckerStep, WindowScaleStep)):
+            elif isinstance(step, SlidingWindowStep):
+                indices = sliding_window_indices(step.in_size, step.out_size, step.lengths)
+                self.register_buffer(f"indices_{index}", indices.to(device), persistent=False)
+            elif isinstance(step, WindowScaleStep):
                 self.register_buffer(f"weight_{index}", self._weight(step, dtype, device), persistent=False)
         for index, step in enumerate(self.plan.onnx_steps):
             if isinstance(step, WindowMaxStep):
@@ -232,17 +260,11 @@ class ExactAdaptivePool(nn.Module):
                     self.register_buffer(f"indices_onnx_{index}_{j}", indices.to(device), persistent=False)
 
     @staticmethod
-    def _weight(
-        step: MatmulStep | KroneckerStep | WindowScaleStep, dtype: torch.dtype, device: torch.device | str | None
-    ) -> torch.Tensor:
-        if isinstance(step, MatmulStep):
-            return averaging_matrix(step.in_size, step.out_size, dtype, device)
-        if isinstance(step, WindowScaleStep):
-            return window_scales(step.in_size, step.out_size, step.span).to(dtype=dtype, device=device)
-        return kronecker_matrix(step.in_sizes, step.out_sizes, dtype, device)
+    def _weight(step: WindowScaleStep, dtype: torch.dtype, device: torch.device | str | None) -> torch.Tensor:
+        return window_scales(step.in_size, step.out_size, step.span).to(dtype=dtype, device=device)
 
     def _apply(self, fn, recurse: bool = True):
-        # A dtype change would round the averaging weights, and to_empty() would leave them (and the
+        # A dtype change would round the window scales, and to_empty() would leave them (and the
         # window indices) uninitialised: rebuild every constant exactly after any conversion.
         super()._apply(fn, recurse)
         constants = [b for name, b in self.named_buffers(recurse=False) if name.startswith(("weight_", "indices_"))]
@@ -282,9 +304,16 @@ class ExactAdaptivePool(nn.Module):
         eager = isinstance(x, torch.Tensor) and not _exporting()  # not a Proxy, nothing traces
         if eager and self.runs_native_in_eager:
             return self._native(x)
+        guarded = not eager and torch.jit.is_tracing() and any(e is not None for e in self.expected_sizes)
+        if guarded and not torch.onnx.is_in_onnx_export():
+            x = traced_size_check(x, self.expected_sizes, self.location)
         if not eager and self.plan.onnx_steps and torch.onnx.is_in_onnx_export():
-            return self._run_onnx_steps(x)
-        return self._run(x, eager)
+            y = self._run_onnx_steps(x)
+        else:
+            y = self._run(x, eager)
+        if guarded and torch.onnx.is_in_onnx_export():
+            y = onnx_size_guard(x, y, self.expected_sizes)
+        return y
 
     def _native(self, x: torch.Tensor) -> torch.Tensor:
         """PyTorch's own adaptive pool this module stands for."""
@@ -299,14 +328,12 @@ class ExactAdaptivePool(nn.Module):
         plan, dims = self.plan, self.plan.spatial_dims
         step = plan.steps[0]
         if kind == "native":
-            return _NATIVE_MAX[dims](x, list(plan.out_sizes))
+            native: Any = (_NATIVE_AVG if plan.family == "avg" else _NATIVE_MAX)[dims]
+            return native(x, list(plan.out_sizes))
         if kind == "mean":
             return x.mean([a - dims for a in step.axes], keepdim=True)  # type: ignore[union-attr]
-        if kind == "pool":
-            assert isinstance(step, PoolStep)
-            return (_AVG_POOLS if step.family == "avg" else _MAX_POOLS)[dims](x, step.kernel, step.stride)
-        y = F.linear(x.flatten(-dims), self.get_buffer("weight_0"))  # kind == "kronecker"
-        return y.reshape(y.shape[:-1] + plan.out_sizes)
+        assert kind == "pool" and isinstance(step, PoolStep)
+        return (_AVG_POOLS if step.family == "avg" else _MAX_POOLS)[dims](x, step.kernel, step.stride)
 
     def traced_form(self, x: torch.Tensor) -> torch.Tensor:
         """What exporters, ``torch.jit.trace``, ``torch.compile`` and ``torch.fx`` see, run in eager.
@@ -327,10 +354,7 @@ class ExactAdaptivePool(nn.Module):
         upcast = not isinstance(dtype, torch.dtype) or dtype in _LOW_PRECISION  # a Proxy under torch.fx
         if upcast:
             x = x.to(torch.promote_types(dtype, torch.float32))
-        order = (self.plan.eager_order if eager else ()) or self._step_order
-        einsum = self.quantizable and not eager  # every tracer: ONNX's quantizers and pt2e's alike skip an einsum
-        for index in order:
-            step = self.plan.steps[index]
+        for index, step in enumerate(self.plan.steps):
             if isinstance(step, PoolStep) and dims == 3 and step.family == "avg" and _exporting_for_torch_runtimes():
                 x = avg_pool3d_as_2d(x, step.kernel, step.stride)
             elif isinstance(step, PoolStep):
@@ -338,18 +362,11 @@ class ExactAdaptivePool(nn.Module):
                 x = pool(x, step.kernel, step.stride)
             elif isinstance(step, ReduceStep):
                 x = _reduce(x, step, dims)
-            elif isinstance(step, MatmulStep) and einsum:
-                x = einsum_along(x, self._weight_for(index, x), step.axis - dims)
-            elif isinstance(step, MatmulStep):
-                x = matmul_along(
-                    x,
-                    self._weight_for(index, x),
-                    step.axis - dims,
-                    last_step=index == order[-1],
-                    exporting=not eager and torch.onnx.is_in_onnx_export(),
-                )
-            elif isinstance(step, KroneckerStep):
-                x = _kronecker(x, self._weight_for(index, x), step, einsum)
+            elif isinstance(step, SlidingWindowStep):
+                as_2d = dims == 3 and _exporting_for_torch_runtimes()
+                x = sliding_window_means(x, step, dims, getattr(self, f"indices_{index}"), as_2d)
+            elif isinstance(step, WindowSlicesStep):
+                x = window_slice_means(x, step.axis - dims, window_bounds(step.in_size, step.out_size))
             elif isinstance(step, WindowGatherStep):
                 if step.zero_padded:  # one zero at the end of the axis, where the padding indices point
                     x = torch.cat([x, torch.zeros_like(x.narrow(step.axis - dims, 0, 1))], step.axis - dims)
@@ -400,9 +417,91 @@ class ExactAdaptivePool(nn.Module):
         weight = getattr(self, f"weight_{index}")
         if isinstance(x, torch.Tensor) and x.dtype == torch.float64 and weight.dtype != torch.float64:
             step = self.plan.steps[index]
-            assert isinstance(step, (MatmulStep, KroneckerStep, WindowScaleStep))
+            assert isinstance(step, WindowScaleStep)
             return self._weight(step, torch.float64, x.device)
         return weight
+
+
+def normalized_output_size(value: int | None | Sequence[int | None], dims: int, location: str) -> tuple[int | None, ...]:
+    """An ``output_size`` as a tuple of ``dims`` entries (``None``: keep the input's size)."""
+    sizes = (value,) * dims if value is None or isinstance(value, int) else tuple(value)
+    if len(sizes) != dims or any(s is not None and (not isinstance(s, int) or s < 1) for s in sizes):
+        raise PoolCallError(f"{_named(location)}: output_size {value!r} is not {dims} positive integers or None")
+    return sizes
+
+
+_PLANS: dict[tuple[Any, ...], PoolPlan] = {}
+
+
+def planned(family: str, in_sizes: tuple[int, ...], out_sizes: tuple[int, ...], follows: tuple[bool, ...]) -> PoolPlan:
+    """``choose_plan``, remembered: a forward that sets its pool's output size on every call plans once per size."""
+    key = (family, in_sizes, out_sizes, follows)
+    if key not in _PLANS:
+        _PLANS[key] = choose_plan(family, in_sizes, out_sizes, follows)  # type: ignore[arg-type]
+    return _PLANS[key]
+
+
+def native_pool_module(family: str, output_size: tuple[int | None, ...]) -> nn.Module:
+    """PyTorch's adaptive pool module of this family and output size."""
+    modules: dict[tuple[str, int], Any] = {
+        ("avg", 1): nn.AdaptiveAvgPool1d,
+        ("avg", 2): nn.AdaptiveAvgPool2d,
+        ("avg", 3): nn.AdaptiveAvgPool3d,
+        ("max", 1): nn.AdaptiveMaxPool1d,
+        ("max", 2): nn.AdaptiveMaxPool2d,
+        ("max", 3): nn.AdaptiveMaxPool3d,
+    }
+    return modules[family, len(output_size)](output_size)
+
+
+_SCRIPTED_CHECK: list[Any] = []
+
+
+def traced_size_check(x: torch.Tensor, expected: tuple[int | None, ...], location: str) -> torch.Tensor:
+    """``x``, through a TorchScript function that ``torch.jit.trace`` keeps in its graph: the traced
+    module raises at a spatial size other than the one it was converted for, instead of returning wrong
+    values (the trace would otherwise bake the traced sizes' windows in)."""
+    if not _SCRIPTED_CHECK:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch.jit.script's deprecation: this is its one use
+            _SCRIPTED_CHECK.append(torch.jit.script(_check_sizes_scripted))
+    return _SCRIPTED_CHECK[0](x, [-1 if e is None else e for e in expected], location)
+
+
+def _check_sizes_scripted(x: torch.Tensor, expected: list[int], location: str) -> torch.Tensor:
+    spatial = x.shape[x.dim() - len(expected) :]
+    for axis in range(len(expected)):
+        if expected[axis] >= 0 and spatial[axis] != expected[axis]:
+            traced = [("*" if e < 0 else str(e)) for e in expected]
+            raise ValueError(
+                "fxpool: the adaptive pool at '"
+                + location
+                + "' of the converted model was traced for spatial size ("
+                + ", ".join(traced)
+                + ") but got input of shape "
+                + str(list(x.shape))
+                + ". Trace or export at this "
+                "size, or convert with dynamic=True for one graph exact at every size."
+            )
+    return x
+
+
+def onnx_size_guard(x: torch.Tensor, y: torch.Tensor, expected: tuple[int | None, ...]) -> torch.Tensor:
+    """``y``, tied to a check that ``x`` has the spatial sizes the graph was exported for.
+
+    Per guarded axis, a constant of the traced length is reshaped to the input's length (an ONNX
+    Reshape that fails at any other length, naming both shapes); the checks' zero sum is subtracted
+    from ``y`` (``y - 0`` is ``y`` bit for bit, signed zeros and NaN included) so no runtime prunes them.
+    With static input axes the exporter folds it all to a constant: the runtime then checks the input's
+    declared shape itself.
+    """
+    dims = len(expected)
+    checks = [
+        torch.zeros(size, dtype=y.dtype).reshape(x.shape[axis - dims]).sum()
+        for axis, size in enumerate(expected)
+        if size is not None
+    ]
+    return y - torch.stack(checks).sum()
 
 
 _TRACED_FORMS = threading.local()
@@ -451,8 +550,6 @@ def _fast_eager_kind(plan: PoolPlan, native_in_eager: bool, sizes_fixed: bool) -
         return "mean" if step.family == "avg" else ""
     if isinstance(step, PoolStep) and sizes_fixed:
         return "pool"
-    if isinstance(step, KroneckerStep) and sizes_fixed and len(step.axes) == plan.spatial_dims:
-        return "kronecker"
     return ""
 
 
@@ -503,50 +600,33 @@ def _cast_like(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return weight
 
 
-def matmul_along(
-    x: torch.Tensor, weight: torch.Tensor, dim: int, last_step: bool = True, exporting: bool | None = None
+def sliding_window_means(
+    x: torch.Tensor, step: SlidingWindowStep, dims: int, indices: torch.Tensor, pool3d_as_2d: bool = False
 ) -> torch.Tensor:
-    """Average along ``dim`` (negative) by its (out x in) matrix.
-
-    Axis -1 is one F.linear. Axis -2 is one broadcast matmul ``weight @ x`` under ONNX export
-    (onnxruntime runs it 25-35% faster than Transpose, MatMul, Transpose; 33->6 and 64->6, C=512),
-    and in eager where ``x`` is contiguous and more steps follow: the batched GEMMs read the input in
-    place (64->6 then a W step: 0.97x native forward+backward against 1.19x). As the last step, or on
-    a channels-last input, the axis is moved last and made contiguous for one large F.linear instead:
-    the user's upstream gradient may be an expanded (stride 0) tensor, as after ``.sum()``, which
-    sends a batched matmul's backward into a per-matrix loop (33->(6, 33): 1.77x native against
-    0.76x), and a channels-last input would be copied by the batched form anyway (1.6x against 1.0x).
-    """
-    weight = _cast_like(weight, x)
-    if dim == -1:
-        return F.linear(x.contiguous(), weight)
-    if exporting is None:
-        exporting = torch.onnx.is_in_onnx_export()
-    if dim == -2 and (exporting or (not last_step and isinstance(x, torch.Tensor) and x.is_contiguous())):
-        return torch.matmul(weight, x)
-    return F.linear(x.transpose(dim, -1).contiguous(), weight).transpose(dim, -1)
+    """Each window's mean along ``step.axis``: a stride-1 AvgPool per window length (each sums only the
+    entries of one window, so a NaN or an infinity stays in the windows that hold it), concatenated,
+    then the window starts gathered (:func:`sliding_window_indices`). A length of 1 is the axis itself.
+    ``pool3d_as_2d``: 3d pools as :func:`avg_pool3d_as_2d` (torch.export for PyTorch's runtimes)."""
+    dim = step.axis - dims
+    blocks = []
+    for length in step.lengths:
+        if length == 1:
+            blocks.append(x)
+            continue
+        kernel = [1] * dims
+        kernel[step.axis] = length
+        if pool3d_as_2d:
+            blocks.append(avg_pool3d_as_2d(x, tuple(kernel), (1, 1, 1)))
+        else:
+            blocks.append(_AVG_POOLS[dims](x, kernel, 1))
+    return torch.index_select(torch.cat(blocks, dim) if len(blocks) > 1 else blocks[0], dim, indices)
 
 
-def einsum_along(x: torch.Tensor, weight: torch.Tensor, dim: int) -> torch.Tensor:
-    """Average along ``dim`` (negative) by its (out x in) matrix as one einsum (``quantizable=True``).
-
-    onnxruntime's quantizers (``quantize_dynamic``, ``quantize_static`` in QDQ) quantize every MatMul,
-    the averaging matrix as an 8-bit weight whose 1/k entries do not survive, but leave an ONNX
-    ``Einsum`` in float, as they leave the native AveragePool and ReduceMean. Under ``torch.export`` the
-    einsum becomes a batched matmul, which PyTorch 2 export quantizers (XNNPACK's) leave in float too,
-    where ``F.linear`` would be quantized and requantized after every axis.
-    """
-    letters = "abcdefgh"[:-dim]
-    out = "z" + letters[1:]
-    return torch.einsum(f"...{letters},z{letters[0]}->...{out}", x, _cast_like(weight, x))
-
-
-def _kronecker(x: torch.Tensor, weight: torch.Tensor, step: KroneckerStep, einsum: bool = False) -> torch.Tensor:
-    flat = torch.flatten(x.contiguous(), start_dim=x.dim() - len(step.axes))
-    y = einsum_along(flat, weight, -1) if einsum else F.linear(flat, _cast_like(weight, x))
-    # reshape, not unflatten: the TorchScript exporter translates aten::unflatten only from opset 13;
-    # y.shape[:-1] is not made a tuple, since a Proxy under torch.fx cannot be iterated
-    return y.reshape(y.shape[:-1] + tuple(step.out_sizes))
+def window_slice_means(x: torch.Tensor, dim: int, bounds: Sequence[tuple[int, int]]) -> torch.Tensor:
+    """Each window's mean along ``dim`` (negative): the window sliced out and averaged, the means
+    concatenated. Each mean reads only its window, so a NaN or an infinity stays in the windows that
+    hold it."""
+    return torch.cat([x.narrow(dim, start, end - start).mean(dim, keepdim=True) for start, end in bounds], dim)
 
 
 def _upsample(x: torch.Tensor, step: UpsampleStep, batched: bool) -> torch.Tensor:

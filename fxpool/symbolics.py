@@ -6,12 +6,14 @@ registers a TorchScript-exporter symbolic for ``aten::adaptive_avg_pool1d/2d/3d`
 :func:`dynamo_translation_table` gives the dynamo exporter's ``custom_translation_table`` entries
 for the same ops. Both emit one exact, portable form (:func:`_lower`). Where the exporter knows the
 input's spatial sizes, that is the :class:`~fxpool.planning.PoolPlan` a converted model would get,
-lowered step by step (AveragePool, GlobalAveragePool/ReduceMean, constant MatMuls, one Kronecker
-MatMul, Pad+Gather+Mul for long axes; nearest upsampling as a 0/1 MatMul), so eager and export-time
-pools follow the same rules. An output of 1 on every axis is GlobalAveragePool at any size. Any
-other axis of dynamic length gets its averaging matrix built in the graph from the runtime length
-(:func:`_runtime_weight`: Shape, Gather of one index, Range, Mul, Add, Div, Less/Greater, And,
-Cast), so a graph exported with dynamic spatial axes is exact at every size. Half and bfloat16 are
+lowered step by step (AveragePool, GlobalAveragePool/ReduceMean, stride-1 AveragePools with a
+Gather, one Slice and ReduceMean per window, Pad+Gather+Mul for long axes; nearest upsampling as a
+Gather), so eager and export-time pools follow the same rules. An output of 1 on every axis is
+GlobalAveragePool at any size. Any other axis of dynamic length gets its window mask built in the
+graph from the runtime length (:func:`_runtime_mask`: Shape, Gather of one index, Range, Mul, Add,
+Div, Less/Greater, And), then Where, ReduceSum and Div, so a graph exported with dynamic spatial axes
+is exact at every size. Every form sums only a window's entries: a NaN or an infinity stays in its
+windows. Half and bfloat16 are
 computed in float32 and rounded once, as the native pool does.
 """
 
@@ -24,17 +26,18 @@ from typing import Any
 import torch
 
 from .planning import (
-    KroneckerStep,
-    MatmulStep,
     PoolPlan,
     PoolStep,
     ReduceStep,
+    SlidingWindowStep,
     UpsampleStep,
     WindowGatherStep,
     WindowScaleStep,
+    WindowSlicesStep,
     choose_plan,
 )
-from .replacements import averaging_matrix, kronecker_matrix, window_gather_indices, window_scales
+from .replacements import sliding_window_indices, window_gather_indices, window_scales
+from .windows import window_bounds
 
 _OPSET = 9
 _OPS = {1: "aten::adaptive_avg_pool1d", 2: "aten::adaptive_avg_pool2d", 3: "aten::adaptive_avg_pool3d"}
@@ -62,11 +65,27 @@ class _TorchScriptOps:
             return self.g.op("ReduceMean", x, self.constant(torch.tensor(axes)), keepdims_i=1)
         return self.g.op("ReduceMean", x, axes_i=axes, keepdims_i=1)
 
-    def transpose(self, x: Any, perm: list[int]) -> Any:
-        return self.g.op("Transpose", x, perm_i=perm)
+    def slice(self, x: Any, start: int, end: int, axis: int) -> Any:
+        if self.opset >= 10:
+            values = [self.constant(torch.tensor([v])) for v in (start, end, axis)]
+            return self.g.op("Slice", x, *values)
+        return self.g.op("Slice", x, starts_i=[start], ends_i=[end], axes_i=[axis])
 
-    def matmul(self, x: Any, weight: Any) -> Any:
-        return self.g.op("MatMul", x, weight)
+    def concat(self, xs: list[Any], axis: int) -> Any:
+        return self.g.op("Concat", *xs, axis_i=axis)
+
+    def unsqueeze(self, x: Any, axis: int) -> Any:
+        if self.opset >= 13:
+            return self.g.op("Unsqueeze", x, self.constant(torch.tensor([axis])))
+        return self.g.op("Unsqueeze", x, axes_i=[axis])
+
+    def reduce_sum(self, x: Any, axis: int) -> Any:
+        if self.opset >= 13:
+            return self.g.op("ReduceSum", x, self.constant(torch.tensor([axis])), keepdims_i=0)
+        return self.g.op("ReduceSum", x, axes_i=[axis], keepdims_i=0)
+
+    def where(self, condition: Any, a: Any, b: Any) -> Any:
+        return self.g.op("Where", condition, a, b)
 
     def constant(self, value: torch.Tensor) -> Any:
         return self.g.op("Constant", value_t=value)
@@ -126,11 +145,20 @@ class _OnnxScriptOps:
     def reduce_mean(self, x: Any, axes: list[int]) -> Any:
         return self.op.ReduceMean(x, self.constant(torch.tensor(axes)), keepdims=1)
 
-    def transpose(self, x: Any, perm: list[int]) -> Any:
-        return self.op.Transpose(x, perm=perm)
+    def slice(self, x: Any, start: int, end: int, axis: int) -> Any:
+        return self.op.Slice(x, *[self.constant(torch.tensor([v])) for v in (start, end, axis)])
 
-    def matmul(self, x: Any, weight: Any) -> Any:
-        return self.op.MatMul(x, weight)
+    def concat(self, xs: list[Any], axis: int) -> Any:
+        return self.op.Concat(*xs, axis=axis)
+
+    def unsqueeze(self, x: Any, axis: int) -> Any:
+        return self.op.Unsqueeze(x, self.constant(torch.tensor([axis])))
+
+    def reduce_sum(self, x: Any, axis: int) -> Any:
+        return self.op.ReduceSum(x, self.constant(torch.tensor([axis])), keepdims=0)
+
+    def where(self, condition: Any, a: Any, b: Any) -> Any:
+        return self.op.Where(condition, a, b)
 
     def constant(self, value: torch.Tensor) -> Any:
         import onnx
@@ -221,14 +249,18 @@ def _lower_plan(ops: Any, x: Any, plan: PoolPlan, rank: int, batched: bool, dtyp
             x = ops.average_pool(x, list(step.kernel), list(step.stride))
         elif isinstance(step, ReduceStep):
             x = ops.global_average_pool(x) if len(step.axes) == dims else ops.reduce_mean(x, [first + a for a in step.axes])
-        elif isinstance(step, MatmulStep):
-            x = _matmul_along(ops, x, averaging_matrix(step.in_size, step.out_size, dtype), first + step.axis, rank)
-        elif isinstance(step, KroneckerStep):
-            kept = [0] * (rank - len(step.axes))  # Reshape's 0: keep that axis's length (rank - axes >= 2)
-            flat = ops.reshape(x, kept + [-1])
-            weight = kronecker_matrix(step.in_sizes, step.out_sizes, dtype).t().contiguous()
-            # one -1 among the kept axes: the TorchScript exporter's shape inference wants one
-            x = ops.reshape(ops.matmul(flat, ops.constant(weight)), kept[:-1] + [-1] + list(step.out_sizes))
+        elif isinstance(step, SlidingWindowStep) and dtype != torch.float64:  # onnxruntime has no float64 AveragePool
+            blocks = []
+            for length in step.lengths:
+                kernel = [1] * dims
+                kernel[step.axis] = length
+                blocks.append(x if length == 1 else ops.average_pool(x, kernel, [1] * dims))
+            joined = ops.concat(blocks, first + step.axis) if len(blocks) > 1 else blocks[0]
+            x = ops.gather(joined, sliding_window_indices(step.in_size, step.out_size, step.lengths), first + step.axis)
+        elif isinstance(step, (SlidingWindowStep, WindowSlicesStep)):
+            position = first + step.axis
+            windows = window_bounds(step.in_size, step.out_size)
+            x = ops.concat([ops.reduce_mean(ops.slice(x, a, b, position), [position]) for a, b in windows], position)
         elif isinstance(step, WindowGatherStep):
             padded = ops.pad_end(x, first + step.axis, rank) if step.zero_padded else x
             indices = window_gather_indices(step.in_size, step.out_size, step.span, step.zero_padded)
@@ -236,47 +268,37 @@ def _lower_plan(ops: Any, x: Any, plan: PoolPlan, rank: int, batched: bool, dtyp
         elif isinstance(step, WindowScaleStep):
             scales = window_scales(step.in_size, step.out_size, step.span).to(dtype)
             x = ops.binary("Mul", x, ops.constant(scales.reshape((-1,) + (1,) * (dims - 1 - step.axis))))
-        elif isinstance(step, UpsampleStep):  # nearest by an integer factor: a 0/1 matrix per axis
+        elif isinstance(step, UpsampleStep):  # nearest by an integer factor: each position repeated
             for axis, size in enumerate(step.sizes):
                 if size is not None and size != plan.in_sizes[axis]:
-                    x = _matmul_along(ops, x, averaging_matrix(plan.in_sizes[axis], size, dtype), first + axis, rank)
+                    repeated = torch.arange(size) * plan.in_sizes[axis] // size
+                    x = ops.gather(x, repeated, first + axis)
         else:
             raise TypeError(f"fxpool: an average pool's plan has no ONNX lowering for step {step!r}")
     return x if batched else ops.squeeze_batch(x)
 
 
-def _matmul_along(ops: Any, x: Any, matrix: torch.Tensor, position: int, rank: int) -> Any:
-    """Multiply axis ``position`` of ``x`` by the (out x in) ``matrix``: MatMul over the last axis,
-    a broadcast ``matrix @ x`` over the one before (as converted models export), else moved last."""
-    if position == rank - 1:
-        return ops.matmul(x, ops.constant(matrix.t().contiguous()))
-    if position == rank - 2:
-        return ops.matmul(ops.constant(matrix), x)
-    perm = list(range(rank))
-    perm[position], perm[-1] = perm[-1], perm[position]
-    return ops.transpose(ops.matmul(ops.transpose(x, perm), ops.constant(matrix.t().contiguous())), perm)
-
-
 def _lower_dynamic(ops: Any, x: Any, in_sizes: tuple[int | None, ...], requested: list[Any], rank: int, dtype: torch.dtype) -> Any:
-    """One MatMul per pooled axis, its averaging matrix built in the graph where the length is dynamic."""
+    """Per pooled axis, each window's entries selected by a mask built in the graph from the runtime
+    length (zero elsewhere: Where, not a product, so a non-finite entry stays in its windows), summed
+    and divided by the window's length."""
     dims = len(in_sizes)
     for axis, (i, o) in enumerate(zip(in_sizes, requested)):
         if o is None or (isinstance(o, int) and o in (-1, i)):  # the output is the input's length: nothing to pool
             continue
         position = rank - dims + axis
-        if isinstance(i, int) and isinstance(o, int):
-            x = _matmul_along(ops, x, averaging_matrix(i, o, dtype), position, rank)
-            continue
-        perm = list(range(rank))
-        perm[position], perm[-1] = perm[-1], perm[position]
-        moved = x if position == rank - 1 else ops.transpose(x, perm)
-        pooled = ops.matmul(moved, _runtime_weight(ops, x, position, o, dtype))
-        x = pooled if position == rank - 1 else ops.transpose(pooled, perm)
+        member, count = _runtime_mask(ops, x, position, o, dtype)  # (L, out), (out,)
+        expanded = ops.unsqueeze(x, position + 1)  # (..., L, 1, ...)
+        for trailing in range(rank - 1 - position):  # the mask broadcasts over the axes after the pooled one
+            member = ops.unsqueeze(member, 2 + trailing)
+        selected = ops.where(member, expanded, ops.constant(torch.tensor(0, dtype=dtype)))
+        summed = ops.reduce_sum(selected, position)  # (..., out, ...)
+        x = ops.binary("Div", summed, ops.reshape(count, [-1] + [1] * (rank - 1 - position)))
     return x
 
 
-def _runtime_weight(ops: Any, x: Any, position: int, out_size: Any, dtype: torch.dtype) -> Any:
-    """The (length x out) averaging matrix of axis ``position`` of ``x``, built in the graph.
+def _runtime_mask(ops: Any, x: Any, position: int, out_size: Any, dtype: torch.dtype) -> tuple[Any, Any]:
+    """The (length x out) window mask of axis ``position`` of ``x`` and each window's length, built in the graph.
 
     Input ``j`` is in window ``i`` exactly when ``(j + 1) * out > i * L`` and ``j * out < (i + 1) * L``
     (PyTorch's ``[floor(i*L/out), ceil((i+1)*L/out))`` without division); the window's length
@@ -311,8 +333,7 @@ def _runtime_weight(ops: Any, x: Any, position: int, out_size: Any, dtype: torch
     )
     end = div(add(mul(i_next, length), ops.binary("Sub", out, const(1))), out)
     start = div(mul(i, length), out)
-    count = ops.cast(ops.binary("Sub", end, start), dtype)
-    return div(ops.cast(member, dtype), count)
+    return member, ops.cast(ops.binary("Sub", end, start), dtype)
 
 
 def _symbolic(dims: int) -> Callable[[Any, Any, Any], Any]:

@@ -40,24 +40,15 @@ def test_the_runtime_case_times_every_form_at_the_given_threads(family: str, tmp
     assert all(t > 0 for t in row.values())
 
 
-def test_kronecker_fit_rows_name_the_chosen_plan(monkeypatch) -> None:
-    monkeypatch.setattr(benchmarks, "KRONECKER_SIZES", ((10, 7), (33, 6)))
-    rows = benchmarks.kronecker_section(repeats=1)
-    assert [r["chosen"].split()[0] for r in rows] == ["kron-matmul", "matmul"]
-
-
-def test_long_axis_rows_time_both_forms_and_leave_the_planner_as_it_was(monkeypatch) -> None:
+def test_average_form_rows_time_every_form_and_leave_the_planner_as_it_was(monkeypatch) -> None:
     from fxpool import planning
 
-    monkeypatch.setattr(benchmarks, "LONG_AXIS_LENGTHS", (100, 1000))
-    monkeypatch.setattr(benchmarks, "MATRIX_TIMED_MAX_ELEMENTS", 200_000)
-    limit = planning.LONG_AXIS_MATRIX_ELEMENTS
-    rows = benchmarks.long_axis_section(repeats=1, channels=2)
-    assert planning.LONG_AXIS_MATRIX_ELEMENTS == limit
-    assert [(r["in"], r["out"]) for r in rows] == [(100, 96), (100, 11), (1000, 969), (1000, 101)]
-    assert "fwd_matrix" in rows[0] and "fwd_matrix" not in rows[2]  # 969k entries: sized, not built
-    assert all(r["fwd_gather"] > 0 and r["fwd_native"] > 0 for r in rows)
-    assert rows[2]["chosen"].startswith("gather") and rows[3]["chosen"].startswith("matmul")
+    monkeypatch.setattr(benchmarks, "AVERAGE_FORM_CASES", (((1, 4, 10, 10), (7, 7)), ((1, 4, 64), (6,))))
+    limits = (planning.SLIDING_MAX_LENGTH, planning.SLICES_MAX_WINDOWS)
+    rows = benchmarks.average_forms_section(repeats=1)
+    assert (planning.SLIDING_MAX_LENGTH, planning.SLICES_MAX_WINDOWS) == limits
+    assert [r["picked"] for r in rows] == ["sliding", "slices"]
+    assert all(r[f"ort_{form}"] > 0 for r in rows for form in ("sliding", "slices", "gather"))
 
 
 @pytest.mark.cuda

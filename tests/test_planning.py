@@ -1,4 +1,4 @@
-"""fxpool.planning: rule order, reasons, the Kronecker limits at their boundaries, guarded axes, the eager order."""
+"""fxpool.planning: rule order, reasons, the sliding/slices limits at their boundaries, guarded axes, step order."""
 
 from __future__ import annotations
 
@@ -8,13 +8,12 @@ import pytest
 
 from fxpool import planning
 from fxpool.planning import (
-    KRONECKER_MAX_ELEMENTS,
-    KRONECKER_MAX_ELEMENTS_GROWING,
-    KroneckerStep,
-    MatmulStep,
+    SLICES_MAX_WINDOWS,
+    SLIDING_MAX_LENGTH,
+    SlidingWindowStep,
+    WindowSlicesStep,
     choose_axis,
     choose_plan,
-    prefer_kronecker,
 )
 
 
@@ -25,12 +24,14 @@ from fxpool.planning import (
         ("avg", 7, 1, "reduce"),
         ("avg", 7, 3, "pool"),
         ("avg", 4, 8, "upsample"),
-        ("avg", 10, 7, "matrix"),
+        ("avg", 10, 7, "sliding"),
+        ("avg", 64, 6, "slices"),
         ("max", 10, 7, "gather"),
-        ("avg", 1000, 969, "gather"),
+        ("avg", 1000, 969, "sliding"),
+        ("avg", 2000, 150, "gather"),
         ("max", 1, 1, "identity"),  # identity comes before reduce
         ("avg", 3, 6, "upsample"),
-        ("avg", 4, 6, "matrix"),
+        ("avg", 4, 6, "sliding"),
     ],
 )
 def test_first_rule_that_applies_wins(family: str, in_size: int, out_size: int, kind: str) -> None:
@@ -44,25 +45,26 @@ def test_none_output_follows_the_input() -> None:
 
 def test_every_axis_says_why_in_the_plan() -> None:
     plan = choose_plan("avg", (10, 7), (7, 3))
-    assert plan.reasons() == "H 10->7: windows of lengths (2, 3), averaging matrix; W 7->3: uniform windows k=3 s=2"
+    assert plan.reasons() == (
+        "H 10->7: windows of lengths (2, 3), a stride-1 AvgPool per length, then the starts gathered; "
+        "W 7->3: uniform windows k=3 s=2"
+    )
 
 
-def test_kronecker_limits_at_their_boundaries() -> None:
-    # shrinking: entries = prod(in) * prod(out) <= KRONECKER_MAX_ELEMENTS
-    assert prefer_kronecker((20, 20), (7, 7)) and 20 * 20 * 7 * 7 <= KRONECKER_MAX_ELEMENTS
-    assert not prefer_kronecker((25, 25), (7, 7))
-    assert prefer_kronecker((1, KRONECKER_MAX_ELEMENTS), (1, 1)) and not prefer_kronecker((1, KRONECKER_MAX_ELEMENTS + 1), (1, 1))
-    # growing: the lower limit
-    assert prefer_kronecker((4, 4), (4, 16)) and 4 * 4 * 4 * 16 <= KRONECKER_MAX_ELEMENTS_GROWING
-    assert not prefer_kronecker((5, 5), (13, 13))
-    assert not prefer_kronecker((10,), (7,))  # one axis: nothing to combine
+def test_sliding_and_slices_limits_at_their_boundaries() -> None:
+    # the longest window decides sliding; the number of windows decides slices against gather
+    assert choose_axis("avg", 19, 5).kind == "sliding" and max(planning.window_lengths(19, 5)) == SLIDING_MAX_LENGTH
+    assert choose_axis("avg", 22, 5).kind == "slices" and max(planning.window_lengths(22, 5)) == SLIDING_MAX_LENGTH + 1
+    long_windows = SLICES_MAX_WINDOWS * 10 - 1  # windows of 10 entries, not a uniform stride
+    assert choose_axis("avg", long_windows, SLICES_MAX_WINDOWS).kind == "slices"
+    assert choose_axis("avg", long_windows + 10, SLICES_MAX_WINDOWS + 1).kind == "gather"
+    assert choose_axis("max", 28, 5).kind == "gather"  # the max family always gathers
 
 
-def test_kronecker_only_over_trailing_matrix_axes() -> None:
-    assert isinstance(choose_plan("avg", (10, 10), (7, 7)).steps[0], KroneckerStep)
-    # D pooled by a matrix, H identity, W by a matrix: the matrix axes are not trailing together
-    steps = choose_plan("avg", (10, 4, 10), (7, 4, 7)).steps
-    assert all(isinstance(s, MatmulStep) for s in steps) and len(steps) == 2
+def test_general_axes_run_most_shrinking_first_after_the_pooling() -> None:
+    steps = choose_plan("avg", (10, 4, 64), (7, 4, 6)).steps
+    assert [type(s) for s in steps] == [WindowSlicesStep, SlidingWindowStep]  # 64->6 shrinks more than 10->7
+    assert choose_plan("avg", (100, 60), (6, 6)).describe() == "AvgPool2d(k=(1, 10), s=(1, 10)) -> slices H 100->6"
 
 
 def test_guarded_axes() -> None:
@@ -72,28 +74,19 @@ def test_guarded_axes() -> None:
     assert choose_plan("avg", (10, 10), (5, 5), scaled_output=True).guarded_axes == (0, 1)
 
 
-def test_eager_order_is_a_permutation_with_upsampling_last() -> None:
+def test_upsampling_is_the_last_step() -> None:
     for family in ("avg", "max"):
         for ins in itertools.product((1, 4, 7, 10, 33), repeat=2):
             for outs in itertools.product((1, 3, 6, 7, 20), repeat=2):
                 plan = choose_plan(family, ins, outs)  # type: ignore[arg-type]
-                assert sorted(plan.eager_order) == list(range(len(plan.steps)))
-                kinds = [type(plan.steps[i]).__name__ for i in plan.eager_order]
+                kinds = [type(step).__name__ for step in plan.steps]
                 assert "UpsampleStep" not in kinds[:-1]
-
-
-def test_eager_order_runs_h_first_among_equals_and_exports_w_first() -> None:
-    plan = choose_plan("avg", (64, 64), (6, 6))
-    assert [plan.steps[i].axis for i in range(2)] == [1, 0]  # type: ignore[union-attr]  # exported: W first
-    assert [plan.steps[i].axis for i in plan.eager_order] == [0, 1]  # type: ignore[union-attr]
-    mixed = choose_plan("avg", (100, 60), (6, 6))  # W uniform (AvgPool k=10), H by matrix
-    assert mixed.describe() == "AvgPool2d(k=(1, 10), s=(1, 10)) -> matmul H 100->6"
-    assert mixed.eager_order == (1, 0)  # the more-shrinking matmul first in eager
 
 
 def test_kind_names_the_first_op() -> None:
     assert choose_plan("avg", (7, 7), (3, 3)).kind == "AvgPool2d"
-    assert choose_plan("avg", (10, 10), (7, 7)).kind == "kron-matmul"
+    assert choose_plan("avg", (10, 10), (7, 7)).kind == "sliding"
+    assert choose_plan("avg", (64, 64), (6, 6)).kind == "slices"
     assert choose_plan("max", (10, 10), (7, 7)).kind == "gather"
     assert choose_plan("max", (10, 10), (1, 1)).kind == "amax"
     assert choose_plan("avg", (5, 5), (5, 5)).kind == "identity"

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from fxpool.errors import SpatialSizeError
 from fxpool.planning import choose_plan
-from fxpool.replacements import ExactAdaptivePool, averaging_matrix, traced_forms
+from fxpool import planning
+from fxpool.replacements import ExactAdaptivePool, traced_forms
 
 NATIVE = {
     ("avg", 1): F.adaptive_avg_pool1d,
@@ -40,8 +41,8 @@ GRAD_TOLERANCE = {**TOLERANCE, torch.float32: dict(rtol=1e-5, atol=1e-5)}
 
 @pytest.fixture
 def max_form(monkeypatch) -> None:
-    """Run general max windows in their traced form (gather + MaxPool) in eager: eager itself runs
-    PyTorch's kernel there, which would make a comparison with PyTorch one that cannot fail."""
+    """Run general windows (max and average) in their traced form in eager: eager itself runs PyTorch's
+    kernel there, which would make a comparison with PyTorch one that cannot fail."""
     monkeypatch.setattr(ExactAdaptivePool, "runs_native_in_eager", property(lambda self: False))
 
 
@@ -86,12 +87,37 @@ def test_exhaustive_1d(family: str, in_size: int) -> None:
         assert_same_pool(family, x, (out_size,))
 
 
+# Each general average form forced on every non-uniform axis, whatever its windows (planning's limits).
+AVERAGE_FORMS = {
+    "sliding": {"SLIDING_MAX_LENGTH": 10**9},
+    "slices": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 10**9},
+    "gather": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 0},
+}
+
+
+def force_average_form(form: str) -> dict[str, int]:
+    """Set planning's limits so general average axes take ``form``; returns the values to restore."""
+    saved = {name: getattr(planning, name) for name in ("SLIDING_MAX_LENGTH", "SLICES_MAX_WINDOWS")}
+    for name, value in AVERAGE_FORMS[form].items():
+        setattr(planning, name, value)
+    return saved
+
+
+@pytest.fixture(params=list(AVERAGE_FORMS))
+def average_form(request, monkeypatch: pytest.MonkeyPatch) -> str:
+    for name, value in AVERAGE_FORMS[request.param].items():
+        monkeypatch.setattr(planning, name, value)
+    return request.param
+
+
 @pytest.mark.parametrize("in_size", range(1, 17))
-def test_averaging_matrix_is_pytorch_pooling_of_the_identity(in_size: int) -> None:
+@pytest.mark.usefixtures("max_form")
+def test_exhaustive_1d_in_every_average_form(in_size: int, average_form: str) -> None:
+    """Each general average form against PyTorch at every length 1..16 -> 1..20, float64, with gradients."""
     for out_size in range(1, 21):
-        eye = torch.eye(in_size, dtype=torch.float64).unsqueeze(0)
-        expected = F.adaptive_avg_pool1d(eye, out_size)[0].t()
-        torch.testing.assert_close(averaging_matrix(in_size, out_size), expected, rtol=1e-15, atol=1e-15)
+        plan = choose_plan("avg", (in_size,), (out_size,))
+        assert plan.axes[0].kind in ("identity", "reduce", "pool", "upsample", average_form)
+        assert_same_pool("avg", torch.randn(2, 3, in_size, dtype=torch.float64), (out_size,))
 
 
 @st.composite
@@ -190,15 +216,17 @@ def test_max_gradient_at_nan_goes_where_pytorch_sends_it() -> None:
 
 
 def test_weights_follow_device_and_dtype_changes_exactly() -> None:
-    module = ExactAdaptivePool(choose_plan("avg", (10, 10), (7, 7)), "test")
+    module = ExactAdaptivePool(choose_plan("avg", (2000,), (150,)), "test")  # gathered windows, rescaled
     weight = next(b for n, b in module.named_buffers() if n.startswith("weight_"))
     assert weight.dtype == torch.float32
     module.double()
-    x = torch.randn(2, 3, 10, 10, dtype=torch.float64)
-    torch.testing.assert_close(module(x), F.adaptive_avg_pool2d(x, 7), rtol=1e-12, atol=1e-12)
+    x = torch.randn(2, 3, 2000, dtype=torch.float64)
+    with traced_forms():
+        torch.testing.assert_close(module(x), F.adaptive_avg_pool1d(x, 150), rtol=1e-12, atol=1e-12)
     module.half()
-    h = torch.randn(2, 3, 10, 10).half()
-    torch.testing.assert_close(module(h), F.adaptive_avg_pool2d(h, 7))
+    h = torch.randn(2, 3, 2000).half()
+    with traced_forms():
+        torch.testing.assert_close(module(h), F.adaptive_avg_pool1d(h.double(), 150).half())
     assert module.state_dict() == {}  # non-persistent: the converted model loads the original's weights
 
 
@@ -224,10 +252,11 @@ def test_size_agnostic_plans_need_no_guard() -> None:
 
 
 LAYOUT_POOLS = [  # (module, input shape): every replacement kind, 2d and 3d
-    (torch.nn.AdaptiveAvgPool2d(7), (2, 3, 10, 10)),  # matrices
+    (torch.nn.AdaptiveAvgPool2d(7), (2, 3, 10, 10)),  # sliding
     (torch.nn.AdaptiveAvgPool2d(5), (2, 3, 10, 10)),  # AvgPool
     (torch.nn.AdaptiveAvgPool2d(20), (2, 3, 10, 10)),  # upsample
-    (torch.nn.AdaptiveAvgPool2d((7, None)), (2, 3, 10, 10)),  # matrix on one axis
+    (torch.nn.AdaptiveAvgPool2d((7, None)), (2, 3, 10, 10)),  # sliding on one axis
+    (torch.nn.AdaptiveAvgPool2d(6), (2, 3, 33, 33)),  # slices
     (torch.nn.AdaptiveAvgPool2d(1), (2, 3, 10, 10)),  # mean
     (torch.nn.AdaptiveMaxPool2d(7), (2, 3, 10, 10)),  # gather + MaxPool
     (torch.nn.AdaptiveAvgPool3d((3, 7, 7)), (2, 3, 6, 10, 10)),
@@ -293,30 +322,13 @@ def test_zero_channels_convert_and_run_as_the_native_pools_do() -> None:
         fxpool.convert(torch.nn.AdaptiveMaxPool2d(7), x)
 
 
-@pytest.fixture
-def gathered_averages(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every non-uniform average axis takes the long-axis form (gathered windows), whatever its length."""
-    from fxpool import planning
-
-    monkeypatch.setattr(planning, "LONG_AXIS_MATRIX_ELEMENTS", 0)
-
-
-@pytest.mark.parametrize("in_size", range(1, 17))
-def test_exhaustive_1d_gathered_average(in_size: int, gathered_averages: None) -> None:
-    """The long-axis form against PyTorch at every length 1..16 -> 1..20, float64, with gradients."""
-    for out_size in range(1, 21):
-        plan = choose_plan("avg", (in_size,), (out_size,))
-        assert plan.axes[0].kind != "matrix"
-        assert_same_pool("avg", torch.randn(2, 3, in_size, dtype=torch.float64), (out_size,))
-
-
 @settings(max_examples=150, deadline=None)
-@given(pool_cases())
-def test_random_sizes_dtypes_layouts_gathered_average(case) -> None:
-    from fxpool import planning
-
+@given(pool_cases(), st.sampled_from(list(AVERAGE_FORMS)))
+def test_random_sizes_dtypes_layouts_in_every_average_form(case, form: str) -> None:
     family, dims, in_sizes, out_sizes, batch, channels, dtype, channels_last = case
-    saved, planning.LONG_AXIS_MATRIX_ELEMENTS = planning.LONG_AXIS_MATRIX_ELEMENTS, 0  # hypothesis: no fixtures
+    saved = force_average_form(form)  # hypothesis: no function-scoped fixtures
+    native_in_eager = ExactAdaptivePool.runs_native_in_eager
+    ExactAdaptivePool.runs_native_in_eager = property(lambda self: False)  # type: ignore[method-assign,assignment]
     try:
         shape = ((batch,) if batch is not None else ()) + (channels,) + in_sizes
         x = torch.randn(shape, dtype=torch.float64).to(dtype)
@@ -324,17 +336,19 @@ def test_random_sizes_dtypes_layouts_gathered_average(case) -> None:
             x = x.contiguous(memory_format=torch.channels_last if dims == 2 else torch.channels_last_3d)
         assert_same_pool("avg", x, out_sizes, with_grad=dtype in (torch.float32, torch.float64))
     finally:
-        planning.LONG_AXIS_MATRIX_ELEMENTS = saved
+        ExactAdaptivePool.runs_native_in_eager = native_in_eager  # type: ignore[method-assign]
+        for name, value in saved.items():
+            setattr(planning, name, value)
 
 
 def test_a_long_axis_keeps_memory_linear_in_its_length() -> None:
     import fxpool
 
-    pool = torch.nn.AdaptiveAvgPool1d(16000)  # 16384 -> 16000: a dense matrix would hold 1.0 GB
+    pool = torch.nn.AdaptiveAvgPool1d(16000)  # 16384 -> 16000: a dense averaging matrix would hold 1.0 GB
     x = torch.randn(1, 2, 16384)
     converted = fxpool.convert(pool, x)
     (record,) = fxpool.report_of(converted).records
-    assert record.replacement.startswith("gather L 16384->16000x3, zero-padded")
+    assert record.replacement.startswith("sliding L 16384->16000 (k=2,3)")
     kept = sum(b.numel() * b.element_size() for b in converted.buffers())
     assert kept < 1_000_000, kept  # indices and scales: about 16000 x 3 x 8 bytes
     torch.testing.assert_close(converted(x), pool(x), rtol=1e-6, atol=1e-6)
@@ -346,7 +360,7 @@ def test_the_long_axis_form_exports_with_portable_ops(dynamo: bool, tmp_path) ->
 
     pool = torch.nn.AdaptiveAvgPool1d(4000)
     result = fxpool.export(pool, torch.randn(1, 2, 4096), tmp_path / "long.onnx", dynamo=dynamo)
-    assert {"Gather", "AveragePool", "Mul"} <= set(result.op_histogram), result.op_histogram
+    assert {"Gather", "AveragePool", "Concat"} <= set(result.op_histogram), result.op_histogram
     assert not {"GatherND", "Where", "MatMul"} & set(result.op_histogram), result.op_histogram
     assert result.max_abs_error < 1e-5
 
@@ -374,7 +388,7 @@ FAST_PLANS = [  # (family, in sizes, out sizes): the one-step plans eager runs i
     ("avg", (9, 7), (1, 1)),  # mean
     ("avg", (8, 12), (4, 3)),  # AvgPool2d
     ("max", (8, 12), (4, 3)),  # MaxPool2d
-    ("avg", (10, 10), (7, 7)),  # kron-matmul
+    ("avg", (10, 10), (7, 7)),  # PyTorch's own kernel in eager
     ("max", (10, 10), (7, 7)),  # PyTorch's own kernel in eager
     ("avg", (6, 8, 10), (3, 4, 5)),  # AvgPool3d
 ]

@@ -41,7 +41,7 @@ def _export(model: nn.Module, x: torch.Tensor, path: str, dynamo: bool) -> None:
 
 
 @pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
-@pytest.mark.parametrize("size,op", [(7, "MatMul"), (5, "AveragePool"), (1, "GlobalAveragePool")])
+@pytest.mark.parametrize("size,op", [(7, "Gather"), (5, "AveragePool"), (1, "GlobalAveragePool")])
 def test_native_pools_lower_to_the_named_op_and_run_exactly(size: int, op: str, dynamo: bool, tmp_path) -> None:
     model, x = Pool(size).eval(), torch.randn(1, 3, 10, 10)
     path = str(tmp_path / "p.onnx")
@@ -66,14 +66,14 @@ def test_translations_are_unregistered_afterwards(tmp_path) -> None:
 
 # (input shape, output size, ops the lowering must contain): one case per kind of plan step
 PLAN_CASES = {
-    "kronecker": ((2, 3, 10, 10), 7, {"MatMul", "Reshape"}),
-    "separable": ((1, 2, 33, 33), 6, {"MatMul"}),
+    "sliding": ((2, 3, 10, 10), 7, {"AveragePool", "Concat", "Gather"}),
+    "slices": ((1, 2, 33, 33), 6, {"Slice", "ReduceMean", "Concat"}),
     "uniform": ((1, 2, 7, 7), 3, {"AveragePool"}),
-    "reduce+matmul": ((1, 2, 10, 10), (1, 7), {"ReduceMean", "MatMul"}),
-    "upsample": ((1, 2, 4, 5), (16, 20), {"MatMul"}),
+    "reduce+sliding": ((1, 2, 10, 10), (1, 7), {"ReduceMean", "AveragePool", "Gather"}),
+    "upsample": ((1, 2, 4, 5), (16, 20), {"Gather"}),
     "long axis": ((1, 2, 4, 2100), (2, 200), {"Pad", "Gather", "AveragePool", "Mul"}),
-    "keeps H": ((1, 2, 10, 9), (None, 7), {"MatMul"}),
-    "unbatched": ((3, 10, 9), (5, 7), {"Unsqueeze", "MatMul", "Squeeze"}),
+    "keeps H": ((1, 2, 10, 9), (None, 7), {"AveragePool", "Gather"}),
+    "unbatched": ((3, 10, 9), (5, 7), {"Unsqueeze", "AveragePool", "Squeeze"}),
 }
 
 
@@ -90,9 +90,10 @@ def test_each_plan_step_lowers_as_planned_and_runs_exactly(case: str, dynamo: bo
     torch.testing.assert_close(torch.from_numpy(out), model(x), rtol=1e-5, atol=1e-5)
 
 
-# ReduceMean takes its axes as an input from opset 18, Pad its pads from 11, (Un)squeeze their axes from 13
+# ReduceMean takes its axes as an input from opset 18, Pad its pads and Slice its bounds from 11 (10),
+# (Un)squeeze their axes from 13
 @pytest.mark.parametrize("opset", [11, 13, 18])
-@pytest.mark.parametrize("case", ["reduce+matmul", "long axis", "unbatched"])
+@pytest.mark.parametrize("case", ["reduce+sliding", "slices", "long axis", "unbatched"])
 def test_the_torchscript_lowering_is_spelled_for_the_opset(case: str, opset: int, tmp_path) -> None:
     shape, size, expected_ops = PLAN_CASES[case]
     model, x = Pool(size).eval(), torch.randn(shape)
@@ -111,7 +112,15 @@ def test_the_cases_cover_every_plan_step_kind() -> None:
         in_sizes = shape[-2:]
         plan = choose_plan("avg", in_sizes, tuple(i if o is None else o for i, o in zip(in_sizes, sizes)))
         kinds |= {type(step).__name__ for step in plan.steps}
-    assert kinds == {"KroneckerStep", "MatmulStep", "PoolStep", "ReduceStep", "UpsampleStep", "WindowGatherStep", "WindowScaleStep"}
+    assert kinds == {
+        "SlidingWindowStep",
+        "WindowSlicesStep",
+        "PoolStep",
+        "ReduceStep",
+        "UpsampleStep",
+        "WindowGatherStep",
+        "WindowScaleStep",
+    }
 
 
 @pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
