@@ -16,11 +16,9 @@ repeat, after a warm-up, and the median of the repeats is reported. Sections:
 - ``convert``: ``fxpool.convert`` time as a multiple of one eager forward (the two alternating), for a
   fixed list across the five suites at their default input, and the conversion's peak memory above
   the original's own forward (resident set size, each model in a process of its own).
-- ``kronecker``: separable matmuls against one Kronecker matmul over many sizes, the data that
-  :data:`fxpool.planning.KRONECKER_MAX_ELEMENTS` is fitted to.
-- ``longaxis``: 1d average pools over lengths 10^2..10^6, averaging matrix against gathered windows
-  against native, and the bytes each form keeps: what :data:`fxpool.planning.LONG_AXIS_MATRIX_ELEMENTS`
-  is fitted to.
+- ``avgforms``: each exact form of a general average axis (sliding AvgPools, window slices, gathered
+  windows) exported alone and timed side by side in onnxruntime (one thread), against the planner's
+  pick: the data :data:`fxpool.planning.SLIDING_MAX_LENGTH` and ``SLICES_MAX_WINDOWS`` are fitted to.
 - ``quantization``: onnxruntime's dynamic and static (QDQ) quantizers, OpenVINO's NNCF and PyTorch 2
   export quantization run by ExecuTorch, on the original and on fxpool's conversion, per replacement
   kind and on zoo models (:mod:`model_zoo_checks.quantization`; third-party output in
@@ -40,14 +38,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 import fxpool
 import fxpool.replacements
 from fxpool.exporting import exporter_reason
-from fxpool.planning import choose_plan, kronecker_cost
-from fxpool.replacements import averaging_matrix, kronecker_matrix, matmul_along
+from fxpool.planning import choose_plan
 
 from . import model_benchmarks, quantization
 from .options import DTYPES, add_device_options, device_and_dtypes, ort_sessions
@@ -99,25 +95,27 @@ CONVERT_MODELS = (
     "monai/DenseNet121",
     "monai/EfficientNetBN-b0",
 )
-KRONECKER_SIZES = (
-    (5, 3),
-    (4, 9),
-    (5, 13),
-    (6, 17),
-    (7, 5),
-    (9, 6),
-    (10, 7),
-    (12, 5),
-    (13, 9),
-    (14, 9),
-    (17, 5),
-    (20, 7),
-    (22, 6),
-    (25, 7),
-    (33, 6),
-    (40, 6),
-    (64, 6),
+# (input shape, output size): general average axes, short windows to long ones, few windows to many
+AVERAGE_FORM_CASES: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
+    ((8, 512, 10, 10), (7, 7)),
+    ((8, 512, 14, 14), (6, 6)),
+    ((1, 512, 13, 13), (6, 6)),
+    ((1, 512, 20, 20), (7, 7)),
+    ((1, 512, 33, 33), (6, 6)),
+    ((1, 512, 64, 64), (6, 6)),
+    ((2, 256, 100, 60), (6, 6)),
+    ((8, 64, 6, 6), (17, 17)),
+    ((8, 64, 1000), (101,)),
+    ((8, 64, 1000), (333,)),
+    ((2, 16, 3000), (101,)),
+    ((2, 64, 5, 10, 10), (3, 7, 7)),
 )
+# planning's limits that force each form on every general average axis
+AVERAGE_FORM_LIMITS = {
+    "sliding": {"SLIDING_MAX_LENGTH": 1 << 30},
+    "slices": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 1 << 30},
+    "gather": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 0},
+}
 
 
 class SliceLoopPool(nn.Module):
@@ -399,91 +397,42 @@ def _convert_memory(name: str) -> dict[str, float | None]:
         return {"forward_peak_MB": None, "convert_peak_MB": None}
 
 
-def kronecker_section(repeats: int) -> list[dict[str, Any]]:
-    """Kronecker over separable time, forward and forward+backward, C=512, square sizes."""
-    rows = []
-    for h, o in KRONECKER_SIZES:
-        if choose_plan("avg", (h, h), (o, o)).axes[0].kind != "matrix":
-            continue
-        x = torch.randn(1, 512, h, h)
-        xg = x.clone().requires_grad_()
-        grad = torch.randn(1, 512, o, o)
-        row_matrix = averaging_matrix(h, o, torch.float32)
-        kron = kronecker_matrix((h, h), (o, o), torch.float32)
-
-        def separable(t: torch.Tensor) -> torch.Tensor:  # as eager runs it: H first, by one batched matmul
-            return matmul_along(matmul_along(t, row_matrix, -2, last_step=False), row_matrix, -1)
-
-        def kronecker(t: torch.Tensor) -> torch.Tensor:
-            return F.linear(t.flatten(-2), kron).unflatten(-1, (o, o))
-
-        with torch.no_grad():
-            forward = side_by_side({"separable": lambda: separable(x), "kronecker": lambda: kronecker(x)}, repeats)
-        backward = side_by_side(
-            {"separable": lambda: separable(xg).backward(grad), "kronecker": lambda: kronecker(xg).backward(grad)}, repeats
-        )
-        row = {
-            "in": h,
-            "out": o,
-            "kronecker_elements": kronecker_cost((h, h), (o, o)),
-            "chosen": choose_plan("avg", (h, h), (o, o)).describe(),
-            "fwd_kron_over_separable": forward["kronecker"] / forward["separable"],
-            "fwdbwd_kron_over_separable": backward["kronecker"] / backward["separable"],
-        }
-        rows.append(row)
-        print(
-            f"| {h}→{o} | {row['kronecker_elements']} | {row['fwd_kron_over_separable']:.2f} | "
-            f"{row['fwdbwd_kron_over_separable']:.2f} | {row['chosen']} |",
-            flush=True,
-        )
-    return rows
-
-
-# (in, out) per 1d length: a near-identity shrink (windows of 1 and 2) and a tenfold one, both non-uniform.
-LONG_AXIS_LENGTHS = (100, 300, 1_000, 3_000, 10_000, 100_000, 1_000_000)
-MATRIX_TIMED_MAX_ELEMENTS = 1 << 26  # larger matrices (256 MB and up) are not built, only sized
-
-
-def long_axis_section(repeats: int, channels: int = 16) -> list[dict[str, Any]]:
-    """1d average pooling over long axes: averaging matrix against gathered windows, and native.
-
-    Forward seconds, (N=1, C=``channels``, L), and the bytes each form keeps; the planner's
-    :data:`fxpool.planning.LONG_AXIS_MATRIX_ELEMENTS` is where the gather starts to win.
-    """
+def average_forms_section(repeats: int) -> list[dict[str, Any]]:
+    """Every exact form of each case's general average axes, in onnxruntime (one thread), and the pick."""
     from fxpool import planning
+    from fxpool.replacements import ExactAdaptivePool
 
     rows = []
-    for length in LONG_AXIS_LENGTHS:
-        for out in (length - length // 33 - 1, length // 10 + 1):
-            x = torch.randn(1, channels, length)
-            forms: dict[str, nn.Module] = {"native": nn.AdaptiveAvgPool1d(out)}
-            saved = planning.LONG_AXIS_MATRIX_ELEMENTS
-            try:
-                for name, limit in (("matrix", 1 << 62), ("gather", 0)):
-                    if name == "matrix" and length * out > MATRIX_TIMED_MAX_ELEMENTS:
-                        continue
-                    planning.LONG_AXIS_MATRIX_ELEMENTS = limit
-                    plan = planning.choose_plan("avg", (length,), (out,))
-                    forms[name] = fxpool.replacements.ExactAdaptivePool(plan)
-            finally:
-                planning.LONG_AXIS_MATRIX_ELEMENTS = saved
-            with torch.no_grad():
-                times = side_by_side({k: (lambda m=m: m(x)) for k, m in forms.items()}, repeats)
-            row = {
-                "in": length,
-                "out": out,
-                "matrix_bytes": 4 * length * out,
-                "gather_bytes": 8 * out * planning.window_lengths(length, out)[-1],
-                "chosen": planning.choose_plan("avg", (length,), (out,)).describe(),
-                **{f"fwd_{k}": v for k, v in times.items()},
-            }
-            rows.append(row)
-            matrix = f"{row['fwd_matrix'] / row['fwd_gather']:.2f}" if "fwd_matrix" in row else "not built"
-            print(
-                f"| {length}→{out} | {row['matrix_bytes'] / 1e6:.3g} MB | {row['gather_bytes'] / 1e6:.3g} MB | "
-                f"{matrix} | {row['fwd_gather'] / row['fwd_native']:.2f} | {row['chosen']} |",
-                flush=True,
+    with tempfile.TemporaryDirectory() as workdir:
+        for shape, output in AVERAGE_FORM_CASES:
+            dims = len(output)
+            x = torch.randn(shape)
+            paths = {}
+            for form, limits in AVERAGE_FORM_LIMITS.items():
+                saved = {name: getattr(planning, name) for name in limits}
+                try:
+                    for name, value in limits.items():
+                        setattr(planning, name, value)
+                    module = ExactAdaptivePool(planning.choose_plan("avg", tuple(shape[-dims:]), output))
+                finally:
+                    for name, value in saved.items():
+                        setattr(planning, name, value)
+                paths[form] = f"{workdir}/{form}.onnx"
+                torch.onnx.export(module, (x,), paths[form], dynamo=False)
+            sessions = ort_sessions(paths, threads=1)
+            array = x.numpy()
+            times = side_by_side(
+                {f: (lambda s=s: s.run(None, {s.get_inputs()[0].name: array})) for f, s in sessions.items()}, repeats
             )
+            chosen = planning.choose_plan("avg", tuple(shape[-dims:]), output)
+            picked = next((a.kind for a in chosen.axes if a.kind in AVERAGE_FORM_LIMITS), "gather")
+            best = min(times, key=times.__getitem__)
+            row = {"shape": list(shape), "output": list(output), "chosen": chosen.describe(), "picked": picked, "best": best}
+            row.update({f"ort_{form}": t for form, t in times.items()})
+            rows.append(row)
+            cells = " | ".join(f"{times[f] * 1e3:.3f}" for f in AVERAGE_FORM_LIMITS)
+            label = f"{'x'.join(map(str, shape))}→{'x'.join(map(str, output))}"
+            print(f"| {label} | {cells} | {picked} | {best} | {times[picked] / times[best]:.2f} |", flush=True)
     return rows
 
 
@@ -509,8 +458,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--sections",
         nargs="*",
-        default=["pools", "convert", "kronecker", "longaxis", "quantization"],
-        choices=["pools", "convert", "kronecker", "longaxis", "quantization", "models", "compile", "aoti"],
+        default=["pools", "convert", "avgforms", "quantization"],
+        choices=["pools", "convert", "avgforms", "quantization", "models", "compile", "aoti"],
         help="models, compile and aoti (whole models, torch.compile, AOTInductor: model_zoo_checks.model_benchmarks) "
         "are asked for by name; make gpu-checks runs them on the GPU",
     )
@@ -544,10 +493,8 @@ HEADERS = {
     "| fwd / floor | native fwd / floor |\n|---|---|---|---|---|---|---|\n",
     "convert": "\n| model | input | parameters | pools | traced modules | forward ms | convert ms | convert / forward "
     "| convert's extra peak MB, of the forward's |\n|---|---|---|---|---|---|---|---|---|\n",
-    "kronecker": "\n| H→O (square) | Kronecker entries | fwd kron / separable | fwd+bwd kron / separable | chosen |\n"
-    "|---|---|---|---|---|\n",
-    "longaxis": "\n| L→O (1d, C=16) | matrix keeps | gather keeps | fwd matrix / gather | fwd gather / native | chosen |\n"
-    "|---|---|---|---|---|---|\n",
+    "avgforms": "\n| average pool | ORT sliding ms | ORT slices ms | ORT gather ms | picked | best | picked / best |\n"
+    "|---|---|---|---|---|---|---|\n",
     "quantization": "\n" + quantization.HEADER,
     "models": "\n| model | size | dtype | original ms | converted ms | converted / original |\n|---|---|---|---|---|---|\n",
     "compile": "\n| torch.compile(fullgraph=True) | dtype | converted / original |\n|---|---|---|\n",
@@ -559,10 +506,8 @@ def run_section(section: str, args: argparse.Namespace, device: str, dtypes: tup
         return pools_section(args.repeats, device, dtypes, not args.skip_onnx, args.cases)
     if section == "convert":
         return convert_section(args.convert_repeats)
-    if section == "kronecker":
-        return kronecker_section(args.repeats)
-    if section == "longaxis":
-        return long_axis_section(args.repeats)
+    if section == "avgforms":
+        return average_forms_section(args.repeats)
     if section == "quantization":
         return quantization.quantization_section(log=Path(args.out).parent / "bench-logs" / "quantization.log")
     if section == "models":
