@@ -64,6 +64,13 @@ def summary(cases: Sequence[Any]) -> str:
                 f"  {label:<24} exports {tried.count('exports') + decomposed}/{len(tried)}"
                 + (f" ({decomposed} only as the GatherND/Where decomposition)" if decomposed else "")
             )
+    programs = [c for c in ran if getattr(c, "pt2_pools", None) is not None]
+    if programs:
+        found = sum(c.pt2_pools for c in programs)
+        lines.append(
+            f"  PT2 in, PT2 out: {sum(c.pt2 == 'ok' for c in programs)} of {len(programs)} torch.export programs of the "
+            f"originals converted exactly; {found} ATen pools, {sum(c.pt2_converted for c in programs)} replaced"
+        )
     fallback = [c for c in ran if getattr(c, "fxpool_torchscript", "") or getattr(c, "fxpool_dynamo", "")]
     if fallback:
         lines.append(f"  fxpool.export was needed beside the plain exports on {len(fallback)} case(s)")
@@ -126,9 +133,10 @@ def markdown(cases: Sequence[Any]) -> str:
     lines = [
         f"# fxpool zoo sweep\n\n{tally['pass']} pass, {tally['fail']} fail, {tally['skip']} skip\n",
         "| model | input | status | pools | replacements | eager err | exports: TS stock / TS converted / dynamo stock "
-        "/ dynamo converted / torch.export converted | ORT err (ts / dynamo) | ORT ms (ours / dynamo orig) | speedup "
+        "/ dynamo converted / torch.export converted | PT2: pools replaced (error) | ORT err (ts / dynamo) "
+        "| ORT ms (ours / dynamo orig) | speedup "
         "| convert s | convert / forward |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cases:
         eager = _fmt(c.eager_max_error) + "".join(
@@ -137,7 +145,7 @@ def markdown(cases: Sequence[Any]) -> str:
         exports = " / ".join(export_state(getattr(c, attribute, "")) for _, attribute in EXPORTS)
         lines.append(
             f"| {c.model} | {'x'.join(map(str, c.input_shape))} | {c.status} | {c.pools} | "
-            f"{', '.join(f'{k} {v}' for k, v in c.replacements.items())} | {eager} | {exports} | "
+            f"{', '.join(f'{k} {v}' for k, v in c.replacements.items())} | {eager} | {exports} | {_pt2_cell(c)} | "
             f"{_fmt(c.torchscript_ort_error)} / {_fmt(c.dynamo_ort_error)} | "
             f"{_fmt(c.ort_ms_converted, '.2f')} / {_fmt(c.ort_ms_original_dynamo, '.2f')} | "
             f"{_fmt(c.ort_speedup, '.2f')} | {_fmt(c.convert_s, '.2f')} | {_fmt(_forwards(c), '.1f')} |"
@@ -178,6 +186,14 @@ def markdown(cases: Sequence[Any]) -> str:
     if stock_failures:
         lines += ["", "## Why the stock exporters fail on the originals", *stock_failures]
     return "\n".join(lines) + "\n"
+
+
+def _pt2_cell(case: Any) -> str:
+    """The PT2 stage of a case: replaced/found ATen pools of the converted program and its error, or why not."""
+    if getattr(case, "pt2_pools", None) is None:
+        return "fails" if getattr(case, "pt2", "") else "-"
+    cell = f"{case.pt2_converted}/{case.pt2_pools}"
+    return cell + (f" ({_fmt(case.pt2_error)})" if case.pt2_error is not None else "") + ("" if case.pt2 == "ok" else " fails")
 
 
 def _forwards(case: Any) -> float | None:

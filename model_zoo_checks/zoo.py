@@ -10,9 +10,11 @@ converted model (per dtype on ``--device cuda``), the stock exports of the origi
 **plain** exports of the converted model — ``torch.onnx.export`` with each exporter and
 ``torch.export.export``, no fxpool code around the call, as a user would run them after
 ``fxpool.convert`` — each verified against the original (onnxruntime, or eagerly), onnxruntime
-latency against the dynamo export of the original, and a status. ``fxpool.export`` runs where a
-plain export fails or the report leaves a pool to PyTorch: a plain export failing where
-``fxpool.export`` succeeds fails the case (the converted model must stand on its own). Where every
+latency against the dynamo export of the original, and a status. The **PT2** stage (``pt2`` among
+``--exporters``) exports the original with ``torch.export.export``, converts that program
+(``fxpool.convert(program)``: a new program, every ATen pool replaced) and runs it against the
+original. ``fxpool.export`` runs where a plain export fails or the report leaves a pool to PyTorch:
+a plain export failing where ``fxpool.export`` succeeds fails the case (the converted model must stand on its own). Where every
 pool is replaced, ``fxpool.export`` would export the very same converted graph (its translations
 apply only to pools left native), so it is not run twice. Results go to
 ``REPORT/report.json``, ``report.md`` and ``zoo.png``, rewritten after every case (the exporters'
@@ -70,7 +72,7 @@ ONNX_RTOL, ONNX_ATOL = 1e-3, 1e-4
 STOCK_AGREEMENT = 1e-4
 
 CaseStatus = Literal["pass", "fail", "skip"]
-EXPORTERS = ("torchscript", "dynamo", "torch.export")
+EXPORTERS = ("torchscript", "dynamo", "torch.export", "pt2")
 
 
 @dataclass
@@ -122,6 +124,13 @@ class Case:
     converted_torchscript: str = ""
     converted_dynamo: str = ""
     converted_torch_export: str = ""
+    # PT2 in, PT2 out: the original's torch.export program converted by fxpool.convert(program), "ok",
+    # "fails: <why>", or "" where not tried (the original does not torch.export: said in the notes);
+    # the program's pools (the report's records), those replaced, and its largest error against the original.
+    pt2: str = ""
+    pt2_pools: int | None = None
+    pt2_converted: int | None = None
+    pt2_error: float | None = None
     fxpool_torchscript: str = ""
     fxpool_dynamo: str = ""
     # Per distinct pool that is not a plain mean: onnxruntime ms of fxpool's one-pool graph and of
@@ -198,6 +207,8 @@ def check(
                 case.pool_speeds = pool_speeds(report, casedir)
         if "torch.export" in exporters:
             _check_torch_export(case, original, converted, notes)
+        if "pt2" in exporters:
+            _check_pt2(case, original, notes)
         case.status = "pass" if not case.unconverted else "fail"
         if case.unconverted:
             notes.append("; ".join(r.reason for r in report.unconverted))
@@ -405,6 +416,35 @@ def _check_torch_export(case: Case, original: _Original, converted: torch.nn.Mod
         case.converted_torch_export = "fails: not exact"
         raise CaseFailed(f"the converted model's torch.export program differs from the original by {case.torch_export_error:.3g}")
     case.converted_torch_export = "ok" + (f": {', '.join(leftover)}" if leftover else "")
+
+
+def _check_pt2(case: Case, original: _Original, notes: list[str]) -> None:
+    """PT2 in, PT2 out: the original's torch.export program converted as a program, the new program run against the
+    original; not tried where the original does not torch.export."""
+    try:
+        with _quiet_exporters():
+            program = torch.export.export(original.model, (original.x,))
+    except Exception as error:
+        notes.append(f"PT2 not tried: the original does not torch.export ({exporter_reason(error)})")
+        return
+    try:
+        with _quiet_exporters():
+            converted = fxpool.convert(program)
+    except Exception as error:
+        case.pt2 = f"fails: {exporter_reason(error)}"
+        case.details.append(f"fxpool.convert of the original's torch.export program: {traceback.format_exc()}")
+        raise CaseFailed(f"fxpool.convert of the original's torch.export program fails ({exporter_reason(error)})") from error
+    report = fxpool.report_of(converted)
+    case.pt2_pools, case.pt2_converted = len(report.records), len(report.converted)
+    with torch.no_grad():
+        case.pt2_error = max_error(converted.module()(original.x), original.expected)
+    if case.pt2_error > EAGER_TOLERANCE["float32"] * max(1.0, case.output_scale or 0.0):
+        case.pt2 = "fails: not exact"
+        raise CaseFailed(f"the converted PT2 program differs from the original by {case.pt2_error:.3g}")
+    if report.unconverted:
+        case.pt2 = f"fails: {len(report.unconverted)} pool(s) left"
+        raise CaseFailed("the converted PT2 program leaves " + "; ".join(f"{r.location}: {r.reason}" for r in report.unconverted))
+    case.pt2 = "ok"
 
 
 def _plain_onnx_export(model: torch.nn.Module, x: torch.Tensor, path: str, dynamo: bool) -> None:
@@ -638,7 +678,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         nargs="*",
         default=list(EXPORTERS),
         choices=EXPORTERS,
-        help="the plain exports of the converted model to check (default: all three)",
+        help="the plain exports of the converted model to check, and pt2: the original's torch.export program "
+        "converted as a program (default: all four)",
     )
     add_device_options(parser, "cpu or cuda: where the eager checks run (in --dtypes)")
     parser.add_argument("--report", default="reports/zoo", help="folder for report.md/json, zoo.png and logs/")

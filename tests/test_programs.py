@@ -311,3 +311,12 @@ def test_a_program_whose_reexport_fails_is_an_fxpool_error(monkeypatch) -> None:
     monkeypatch.setattr(torch.export, "export", refuse)
     with pytest.raises(FxpoolError, match="torch.export of the converted program failed"):
         fxpool.convert(program)
+
+
+def test_a_training_program_leaves_the_callers_running_statistics_alone() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.AdaptiveAvgPool2d((3, 5))).train()
+    program = torch.export.export(model, (torch.randn(2, 3, 15, 17),))
+    before = {name: tensor.clone() for name, tensor in program.state_dict.items()}
+    fxpool.convert(program, strict=True)
+    for name, tensor in program.state_dict.items():
+        assert torch.equal(tensor, before[name]), name

@@ -129,6 +129,7 @@ def test_a_case_records_what_each_exporter_does_and_each_pools_speed(tmp_path) -
     assert case.stock_dynamo.startswith("fails: DispatchError: No ONNX function found")  # the reason, not "Next steps:"
     assert case.converted_torchscript == case.converted_dynamo == case.converted_torch_export == "ok"
     assert case.fxpool_torchscript == case.fxpool_dynamo == ""  # every pool replaced: the plain exports suffice
+    assert case.pt2 == "ok" and case.pt2_pools == case.pt2_converted == 1 and case.pt2_error == 0.0  # PT2 in, PT2 out
     (pool,) = case.pool_speeds
     assert pool["pool"] == "max 512x3x3->7x7" and pool["ort_ms_fxpool"] > 0 and pool["ort_ms_stock"] is None
     assert case.ort_noise is not None and 0.5 < case.ort_noise < 2
@@ -181,8 +182,8 @@ def test_the_summary_and_report_say_what_exports_and_how_fast_the_pools_are(tmp_
     from model_zoo_checks.reporting import markdown, summary, write_reports
 
     cases = [
-        _case("vgg11", 160),
-        _case("resnet18", 160, stock_torchscript="ok", stock_dynamo="ok", pool_speeds=[]),
+        _case("vgg11", 160, pt2="ok", pt2_pools=1, pt2_converted=1, pt2_error=0.0),
+        _case("resnet18", 160, stock_torchscript="ok", stock_dynamo="ok", pool_speeds=[], pt2="ok", pt2_pools=2, pt2_converted=2),
         _case(
             "vgg11_max_pool",
             160,
@@ -207,12 +208,14 @@ def test_the_summary_and_report_say_what_exports_and_how_fast_the_pools_are(tmp_
     assert "dynamo, stock            exports 2/3 (1 only as the GatherND/Where decomposition)" in text
     assert "median 5.0x (from 5.0x to 5.0x over 1 distinct pools); 1 more the stock dynamo exporter cannot export" in text
     assert "FAIL vgg11_max_pool 1x3x160x160: ExportFailedError: it broke" in text
+    assert "PT2 in, PT2 out: 2 of 2 torch.export programs of the originals converted exactly; 3 ATen pools, 3 replaced" in text
     assert len(text.splitlines()) < 15
     no_band = summary([_case("vgg11", 160, ort_noise=None)])  # a report from before the A/A timing
     assert "whole models in onnxruntime, stock dynamo / fxpool: median 1.02x (from 1.02 to 1.02)" in no_band
     report = markdown(cases)
     assert "| avg 512x10x10->7x7 | kron-matmul | 0.100 | 0.500 | 5.0 | vgg11@160x160 |" in report
     assert "(exporter output: `logs/x.log`)" in report
+    assert "| 1/1 (0.0e+00) |" in report and "| 2/2 |" in report  # the PT2 column: pools replaced (error)
     pytest.importorskip("matplotlib")
     write_reports(cases, tmp_path)
     assert (tmp_path / "zoo.png").stat().st_size > 10_000
