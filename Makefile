@@ -23,10 +23,12 @@ test: $(STAMP)  ## the default test run (slow sweeps left out)
 test-all: $(STAMP)  ## every test, slow sweeps included
 	$(PY) -m pytest -n 2 -q --runslow $(TEST_ARGS)
 
-lint: $(STAMP)  ## ruff (lint and format) over everything, mypy over the package
+lint: $(STAMP)  ## ruff (lint and format) over everything, mypy over the package, twine check of the wheel and sdist
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	d=$$(mktemp -d) && $(PY) -m build -q --no-isolation --outdir $$d . >/dev/null && $(VENV)/bin/twine check --strict $$d/*; \
+		status=$$?; rm -rf $$d; exit $$status
 
 docs: $(STAMP)  ## the documentation site in site/ (strict: a broken reference or a missing result fails)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet

@@ -1,25 +1,44 @@
-"""fxpool: exact, export-friendly replacements for adaptive pooling in PyTorch models."""
+"""fxpool: exact, export-friendly replacements for adaptive pooling in PyTorch models.
+
+The public API is the names in ``__all__``. They are imported on first use: ``import fxpool`` and
+``fxpool --help`` load neither torch nor onnx, so the command line answers at once.
+"""
 
 from __future__ import annotations
 
-from .checking import SelfCheck
-from .convert import convert, explain
-from .errors import (
-    ExampleInputError,
-    ExportFailedError,
-    ExportVerificationError,
-    FxpoolError,
-    PoolCallError,
-    SelfCheckError,
-    SpatialSizeError,
-    SpecialisedArgumentError,
-    UnconvertedPoolError,
-    UnsupportedModelError,
-)
-from .exporting import ExportResult, export, onnx_export_hook
-from .report import ConversionReport, PoolRecord, report_of
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# Each public name, and the module that defines it.
+_HOME = {
+    "ConversionReport": "report",
+    "ExampleInputError": "errors",
+    "ExportFailedError": "errors",
+    "ExportResult": "exporting",
+    "ExportVerificationError": "errors",
+    "FxpoolError": "errors",
+    "FxpoolWarning": "errors",
+    "MissingDependencyError": "errors",
+    "PoolCallError": "errors",
+    "PoolRecord": "report",
+    "SelfCheck": "checking",
+    "SelfCheckError": "errors",
+    "SpatialSizeError": "errors",
+    "SpecialisedArgumentError": "errors",
+    "UnconvertedPoolError": "errors",
+    "UnconvertedPoolWarning": "errors",
+    "UnsupportedModelError": "errors",
+    "UnsupportedOpsetError": "errors",
+    "convert": "convert",
+    "explain": "convert",
+    "export": "exporting",
+    "onnx_export_hook": "exporting",
+    "report_of": "report",
+}
 
 __all__ = [
     "ConversionReport",
@@ -28,6 +47,8 @@ __all__ = [
     "ExportResult",
     "ExportVerificationError",
     "FxpoolError",
+    "FxpoolWarning",
+    "MissingDependencyError",
     "PoolCallError",
     "PoolRecord",
     "SelfCheck",
@@ -35,10 +56,70 @@ __all__ = [
     "SpatialSizeError",
     "SpecialisedArgumentError",
     "UnconvertedPoolError",
+    "UnconvertedPoolWarning",
     "UnsupportedModelError",
+    "UnsupportedOpsetError",
     "convert",
     "explain",
     "export",
     "onnx_export_hook",
     "report_of",
 ]
+
+if TYPE_CHECKING:
+    from .checking import SelfCheck
+    from .convert import convert, explain
+    from .errors import (
+        ExampleInputError,
+        ExportFailedError,
+        ExportVerificationError,
+        FxpoolError,
+        FxpoolWarning,
+        MissingDependencyError,
+        PoolCallError,
+        SelfCheckError,
+        SpatialSizeError,
+        SpecialisedArgumentError,
+        UnconvertedPoolError,
+        UnconvertedPoolWarning,
+        UnsupportedModelError,
+        UnsupportedOpsetError,
+    )
+    from .exporting import ExportResult, export, onnx_export_hook
+    from .report import ConversionReport, PoolRecord, report_of
+else:
+
+    def __getattr__(name: str) -> Any:
+        """A public name, imported from its module on first use; else a submodule (``fxpool.errors``)."""
+        home = _HOME.get(name)
+        if home is not None:
+            value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+            if name != "convert":  # the function `convert` is a property of the package (below)
+                globals()[name] = value
+            return value
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as error:
+            if error.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
+    def __dir__() -> list[str]:
+        return sorted(set(globals()) | set(__all__))
+
+    class _Package(types.ModuleType):
+        """The package's module type: ``fxpool.convert`` stays the function once the submodule is imported.
+
+        Importing the submodule ``fxpool.convert`` sets the package's attribute ``convert`` to it; the
+        property's setter ignores that, as ``from .convert import convert`` in an eager ``__init__`` would.
+        """
+
+        @property
+        def convert(self) -> Any:
+            return importlib.import_module(f"{__name__}.convert").convert
+
+        @convert.setter
+        def convert(self, value: Any) -> None:
+            pass
+
+    sys.modules[__name__].__class__ = _Package

@@ -1,16 +1,14 @@
 """Build: each replaced pool's module, put in its place in the copy.
 
 :func:`build` makes the module every decision asks for (:func:`replacement_module`: an
-:class:`~fxpool.replacements.ExactAdaptivePool` of the plan, or the dynamic-size form), gives it the
-hooks of the pool it stands for, and puts it in place:
+:class:`~fxpool.replacements.ExactAdaptivePool` of the plan, or the dynamic-size form) and puts it in
+place:
 
-- pool nodes of a traced graph are swapped (:func:`~fxpool.graph_pass.replace_nodes`) and the
-  module runs the graph from then on (:func:`~fxpool.copying.install_graph`, with its export graph
-  where it has one);
-- a pool module reached outside traced graphs is swapped wherever the tree holds it
-  (:func:`~fxpool.copying.substitute`), the root included;
-- a pool module every one of whose calls was replaced is swapped wherever else the tree still holds
-  it too (a list beside its registered name), so the converted model holds no replaced pool.
+- a pool module is swapped wherever the tree holds it (:func:`~fxpool.copying.substitute`), the root
+  included, and its replacement takes its hooks; called at several sizes, it is swapped for a
+  :class:`~fxpool.intercepting.PoolCalls` table of one replacement per size (which takes the hooks);
+- the functional calls of a module's forward go into a table of that module, and its forward is
+  intercepted (:func:`~fxpool.intercepting.intercept`): no trace, its code runs as it is.
 
 It returns the converted root and whether anything changed.
 """
@@ -21,13 +19,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from torch import fx, nn
+from torch import nn
 
-from .copying import carry_hooks, install_graph, substitute
+from .copying import carry_hooks, substitute
 from .deciding import SiteDecision, requested_sizes
 from .dynamic import DynamicAdaptiveAvgPool, DynamicAdaptiveMaxPool
-from .finding import FoundPools, TracedModule
-from .graph_pass import replace_nodes
+from .finding import FoundPools
+from .intercepting import PoolCalls, intercept
 from .recording import PoolEvent
 from .replacements import ExactAdaptivePool
 
@@ -47,30 +45,41 @@ def build(
 
     ``quantizable``: the replacements trace their averaging matrices as an einsum (see
     :func:`~fxpool.replacements.einsum_along`)."""
-    made: dict[str, nn.Module] = {}  # location -> its replacement
+    swaps: dict[nn.Module, nn.Module] = {}
+    tables: dict[int, tuple[nn.Module, PoolCalls]] = {}  # by the module that owns or is replaced by the table
+    replaced_tables: set[int] = set()
+    changed = False
     for chosen in decisions:
         site = chosen.site
-        if site.twin is not None or not chosen.replaced:
-            continue
-        replacement = replacement_module(chosen, site.events[0], fallback_device, quantizable)
-        if site.hooks_from is not None:
-            carry_hooks(site.hooks_from, replacement)
-        made[site.location] = replacement
-    for chosen in decisions:  # an export-graph twin runs its eager site's replacement
-        twin = chosen.site.twin
-        if twin is not None and twin in made:
-            made[chosen.site.location] = made[twin]
-    if not made:
+        if site.owner is None and site.module is None:
+            continue  # left where it is, or already converted
+        replacement = replacement_module(chosen, site.events[0], fallback_device, quantizable) if chosen.replaced else None
+        changed |= replacement is not None
+        plan = chosen.decision.plan
+        agnostic = chosen.decision.action == "dynamic" or (plan is not None and plan.size_agnostic)
+        size = None if agnostic and site.owner is not None else site.size  # one entry serves every size
+        if site.owner is not None:
+            _, table = tables.setdefault(id(site.owner), (site.owner, PoolCalls(site.owner_name or "<root>")))
+            table.add(site.call, size, replacement)
+        elif site.size is None:  # a pool module at one size
+            if replacement is not None:
+                assert site.module is not None
+                carry_hooks(site.module, replacement)
+                swaps[site.module] = replacement
+        else:  # one size of a pool module called at several
+            assert site.module is not None
+            _, table = tables.setdefault(id(site.module), (site.module, PoolCalls(site.location.split("#")[0], site.call)))
+            table.add(site.call, size, replacement if replacement is not None else _native_copy(site.module))
+            if replacement is not None:
+                replaced_tables.add(id(site.module))
+    if not changed:
         return Built(root, False)
-
-    for traced in found.traced:
-        _rewrite_graphs(traced, decisions, made)
-    swaps = {
-        site.module: made[site.location]
-        for site in (d.site for d in decisions)
-        if site.module is not None and site.location in made
-    }
-    swaps.update(_fully_replaced(decisions, made))
+    for module, table in tables.values():
+        if table.call is None:
+            intercept(module, table)
+        elif id(module) in replaced_tables:
+            carry_hooks(module, table)
+            swaps[module] = table
     if root in swaps:  # the model is a pool itself
         return Built(swaps[root], True)
     substitute(root, swaps)
@@ -92,36 +101,15 @@ def replacement_module(
         device = fallback_device if event.device.type == "meta" else event.device
         weight_dtype = torch.float64 if event.dtype == torch.float64 else torch.float32
         batched = len(event.input_shape) == event.spatial_dims + 2
-        replacement = ExactAdaptivePool(plan, location, weight_dtype, device, batched=batched, quantizable=quantizable)
+        replacement = ExactAdaptivePool(plan, location, weight_dtype, device, batched=batched)
     replacement.train(False)  # replacements hold no training-dependent state; keep them out of train mode
     return replacement
 
 
-def _rewrite_graphs(traced: TracedModule, decisions: Sequence[SiteDecision], made: dict[str, nn.Module]) -> None:
-    eager: dict[fx.Node, nn.Module] = {}
-    export: dict[fx.Node, nn.Module] = {}
-    for chosen in decisions:
-        site = chosen.site
-        if site.traced is traced and site.node is not None and site.location in made:
-            (export if site.export_branch else eager)[site.node] = made[site.location]
-    if not eager and not export:
-        return
-    if eager:
-        replace_nodes(traced.graph, eager, mirror=traced.module)
-    if export:
-        assert traced.export_graph is not None
-        # Fresh names: a path the eager graph replaced may hold another replacement in the export graph.
-        replace_nodes(traced.export_graph, export, mirror=traced.module, fresh_names=True)
-    install_graph(traced.module, traced.graph, traced.export_graph)
-
-
-def _fully_replaced(decisions: Sequence[SiteDecision], made: dict[str, nn.Module]) -> dict[nn.Module, nn.Module]:
-    """Pool modules every site of which got one and the same replacement: (pool, replacement)."""
-    pools: dict[int, nn.Module] = {}
-    replacements: dict[int, list[nn.Module | None]] = {}
-    for chosen in decisions:
-        pool = chosen.site.hooks_from
-        if pool is not None:
-            pools[id(pool)] = pool
-            replacements.setdefault(id(pool), []).append(made.get(chosen.site.location))
-    return {pools[key]: got[0] for key, got in replacements.items() if got[0] is not None and all(new is got[0] for new in got)}
+def _native_copy(pool: nn.Module) -> nn.Module:
+    """A hook-free copy of a pool module, for the sizes of it left to PyTorch inside a table."""
+    copy = type(pool).__new__(type(pool))
+    copy.__dict__.update(pool.__dict__)
+    for name in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"):
+        copy.__dict__[name] = type(pool.__dict__[name])()
+    return copy

@@ -1,21 +1,61 @@
-"""The ``fxpool`` command line: ``export``, ``inspect`` and ``zoo``.
+"""The ``fxpool`` command line: ``inspect``, ``export`` and, in a checkout of the repository, ``zoo``.
 
-MODEL is ``torchvision:NAME`` (built with ``weights=None``), ``package.module:callable`` or
-``path/to/file.py:callable``; the callable returns an ``nn.Module``.
+Run as ``fxpool ...`` or ``python -m fxpool ...``. Nothing heavy is imported before the arguments are
+parsed: ``fxpool --help`` and ``fxpool --version`` answer without loading torch. Exit status: 0 ok,
+1 the model failed (a pool left under ``--strict``, an export the exporter refused, a graph that failed
+verification), 2 a usage error (arguments, a MODEL that names nothing, an input the model rejects, a
+missing extra, an opset the exporter does not write). ``--json`` prints one JSON object on stdout
+whatever the outcome, ``schema_version`` first (`JSON_SCHEMA_VERSION`).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
+import traceback
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
 
-import torch
-from torch import nn
+JSON_SCHEMA_VERSION = 1  # raised when a key of the --json object changes meaning or goes away
+EXIT_OK, EXIT_MODEL_FAILED, EXIT_USAGE = 0, 1, 2
+DTYPE_NAMES = ("bfloat16", "float16", "float32", "float64")
+MODEL_HELP = "torchvision:NAME, package.module:callable or path/to/file.py:callable"
 
-from .loading import ModelSpecError, load_model
+DESCRIPTION = """\
+Exact, export-friendly replacements for adaptive pooling in PyTorch models.
+
+MODEL is torchvision:NAME (built with weights=None), package.module:callable or
+path/to/file.py:callable; the callable builds the nn.Module with no arguments."""
+
+EPILOG = """\
+exit status:
+  0  success
+  1  the model failed: a pool left under --strict, an export the exporter
+     refused, a graph that failed verification
+  2  usage: bad arguments, a MODEL that names nothing, an input shape the model
+     rejects, a missing optional dependency, an opset the exporter does not write
+
+Run 'fxpool COMMAND --help' for a command's options."""
+
+ZOO_ELSEWHERE = (
+    "fxpool zoo: the model-zoo sweep (model_zoo_checks/) ships with the source checkout, not with the installed "
+    "package. Clone the repository, then run `make zoo` in it (or `fxpool zoo ...` from its root); "
+    "`fxpool inspect` and `fxpool export` work anywhere."
+)
+
+
+class UsageError(Exception):
+    """A command line argparse or fxpool cannot act on (exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, raising `UsageError` instead of exiting, so ``--json`` can answer too."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.format_usage().rstrip()}\n{self.prog}: error: {message}")
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -28,25 +68,48 @@ def parse_shape(text: str) -> tuple[int, ...]:
     return shape
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fxpool", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+def zoo_available() -> bool:
+    """Whether ``model_zoo_checks`` can be imported: installed beside fxpool, or the current folder is a checkout."""
+    if importlib.util.find_spec("model_zoo_checks") is not None:
+        return True
+    checkout = Path.cwd()
+    if (checkout / "model_zoo_checks" / "zoo.py").is_file() and (checkout / "fxpool" / "cli.py").is_file():
+        sys.path.insert(0, str(checkout))
+        return True
+    return False
+
+
+def build_parser(with_zoo: bool) -> argparse.ArgumentParser:
+    """The parser; ``zoo`` is a command only where the sweep can run."""
+    parser = _Parser(prog="fxpool", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    import fxpool  # the package alone: its names load on first use
+
+    parser.add_argument("--version", action="version", version=f"fxpool {fxpool.__version__}")
+    parser.add_argument(
+        "--debug", action="store_true", help="print the traceback of fxpool's errors too (the exit status is the same)"
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     inspect_command = commands.add_parser("inspect", help="print the conversion report without exporting")
     export = commands.add_parser("export", help="convert and export to ONNX, verified with onnxruntime")
     for sub in (inspect_command, export):
-        sub.add_argument("model", help="torchvision:NAME, module:callable or file.py:callable")
+        sub.add_argument("model", metavar="MODEL", help=MODEL_HELP)
         sub.add_argument("--input-shape", type=parse_shape, required=True, help="e.g. 1,3,320,320")
         sub.add_argument("--dynamic-hw", action="store_true", help="one graph exact at every spatial size")
-        sub.add_argument("--strict", action="store_true", help="fail if any pool would be left to PyTorch")
-        sub.add_argument("--json", action="store_true", help="print the report as JSON")
+        sub.add_argument("--strict", action="store_true", help="fail (exit 1) if any pool would be left to PyTorch")
+        sub.add_argument("--json", action="store_true", help="print one JSON object on stdout, on failure too")
         sub.add_argument("--device", default="cpu", help="where the model and its example run: cpu, cuda, cuda:1 (default cpu)")
         sub.add_argument(
-            "--dtype", choices=sorted(DTYPES), default="float32", help="the model's and the example's dtype (default float32)"
+            "--dtype", choices=DTYPE_NAMES, default="float32", help="the model's and the example's dtype (default float32)"
         )
     export.add_argument("-o", "--output", required=True, help="the .onnx file to write")
-    export.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo")
-    export.add_argument("--opset", type=int, default=None, help="ONNX opset version")
+    export.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo", help="default dynamo")
+    export.add_argument(
+        "--opset",
+        type=int,
+        default=None,
+        help="ONNX opset version: dynamo writes 18 and up, torchscript 7 to 20; others are refused",
+    )
     export.add_argument("--dynamic-batch", action="store_true", help="make axis 0 of the input dynamic")
     export.add_argument("--no-verify", action="store_true", help="skip onnx.checker and onnxruntime")
     export.add_argument(
@@ -54,51 +117,78 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="averaging matrices as ONNX Einsum, which onnxruntime's quantizers leave in float as they do the native pools",
     )
+    if with_zoo:
+        zoo = commands.add_parser("zoo", help="run the model-zoo sweep of this checkout (model_zoo_checks)", add_help=False)
+        zoo.add_argument("rest", nargs=argparse.REMAINDER)
+    return parser
 
-    zoo = commands.add_parser("zoo", help="run the torchvision model-zoo sweep (model_zoo_checks)", add_help=False)
-    zoo.add_argument("rest", nargs=argparse.REMAINDER)
 
-    parser.add_argument("--debug", action="store_true", help="show the full traceback of fxpool's errors")
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line on ``argv`` (default ``sys.argv[1:]``) and return the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    want_json = "--json" in argv
+    command = next((word for word in argv if not word.startswith("-")), "")
     if argv[:1] == ["zoo"]:  # everything after it is the sweep's (REMAINDER drops leading options)
-        args = argparse.Namespace(command="zoo", rest=argv[1:])
-    else:
-        args = parser.parse_args(argv)
-    if args.command == "zoo":
-        try:
-            from model_zoo_checks import zoo as zoo_module
-        except ImportError:
-            print(
-                "fxpool zoo: the model-zoo sweep (model_zoo_checks/) ships with the source checkout, not with the "
-                "installed package. Clone the repository and run `make zoo` there (or `python -m model_zoo_checks.zoo` "
-                "from its root); `fxpool inspect` and `fxpool export` work anywhere.",
-                file=sys.stderr,
-            )
-            return 2
-        return zoo_module.main(args.rest)
-    try:
-        model = load_model(args.model)
-    except ModelSpecError as error:
-        parser.error(str(error))
-    from fxpool.errors import FxpoolError
+        if not zoo_available():
+            print(ZOO_ELSEWHERE, file=sys.stderr)
+            return EXIT_USAGE
+        from model_zoo_checks import zoo as zoo_module
 
-    if not isinstance(model, nn.Module):
-        parser.error(f"{args.model}: a torch.export program; convert it with fxpool.convert(program) in Python")
+        return int(zoo_module.main(argv[1:]) or 0)
     try:
-        return _run(args, model)
-    except argparse.ArgumentTypeError as error:
-        parser.error(str(error))
-    except (FxpoolError, OSError) as error:  # the user's to fix: one message, no traceback
-        if args.debug:
+        args = build_parser(with_zoo=zoo_available()).parse_args(argv)
+    except UsageError as error:
+        return _failed(want_json, command, error, EXIT_USAGE)
+    try:
+        return _run(args)
+    except Exception as error:
+        code = _exit_code(error)
+        if code is None:  # not the user's to fix: a bug, shown with its traceback
+            if want_json:
+                _print_json(args.command, EXIT_MODEL_FAILED, error)
             raise
-        print(f"fxpool {args.command}: {type(error).__name__}: {error}", file=sys.stderr)
-        return 2
+        if args.debug:
+            traceback.print_exc()
+        return _failed(want_json, args.command, error, code)
 
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
+def _exit_code(error: BaseException) -> int | None:
+    """2 for what the user can fix on the command line, 1 for a model that fails; None for anything else."""
+    from .errors import ExampleInputError, FxpoolError, MissingDependencyError, UnsupportedOpsetError
+    from .loading import ModelSpecError
+
+    if isinstance(
+        error,
+        (UsageError, argparse.ArgumentTypeError, ModelSpecError, ExampleInputError, MissingDependencyError, UnsupportedOpsetError),
+    ):
+        return EXIT_USAGE
+    if isinstance(error, OSError):  # an output folder that does not exist, a file that cannot be written
+        return EXIT_USAGE
+    if isinstance(error, FxpoolError):
+        return EXIT_MODEL_FAILED
+    return None
 
 
-def _device(text: str) -> torch.device:
+def _failed(want_json: bool, command: str, error: BaseException, code: int) -> int:
+    if isinstance(error, UsageError):
+        print(error, file=sys.stderr)
+    else:
+        print(f"fxpool {command}: {type(error).__name__}: {error}", file=sys.stderr)
+    if want_json:
+        _print_json(command, code, error)
+    return code
+
+
+def _print_json(command: str, code: int, error: BaseException | None, **fields: Any) -> None:
+    """The one JSON object of ``--json``: ``schema_version``, ``command``, ``ok``, ``exit_code``, ``error``, then ``fields``."""
+    described = None if error is None else {"type": type(error).__name__, "message": str(error)}
+    payload = {"schema_version": JSON_SCHEMA_VERSION, "command": command, "ok": code == EXIT_OK, "exit_code": code}
+    print(json.dumps({**payload, "error": described, **fields}, indent=2))
+
+
+def _device(text: str) -> Any:
+    import torch
+
     try:
         device = torch.device(text)
     except RuntimeError as error:
@@ -108,18 +198,39 @@ def _device(text: str) -> torch.device:
     return device
 
 
-def _run(args: argparse.Namespace, model: nn.Module) -> int:
-    device, dtype = _device(args.device), DTYPES[args.dtype]
+def _run(args: argparse.Namespace) -> int:
+    import torch
+
+    from .convert import enforce_strict, explain
+    from .errors import FxpoolError
+    from .exporting import export
+    from .loading import load_model
+
+    model = load_model(args.model)
+    if not isinstance(model, torch.nn.Module):
+        raise UsageError(
+            f"fxpool {args.command}: {args.model} is a torch.export program; convert it with fxpool.convert(program) in Python"
+        )
+    device, dtype = _device(args.device), getattr(torch, args.dtype)
     model = model.to(device=device, dtype=dtype)
     example = torch.randn(args.input_shape, device=device, dtype=dtype)
-    import fxpool
 
     if args.command == "inspect":
-        report = fxpool.explain(model, example, dynamic=args.dynamic_hw)
-        print(json.dumps(report.to_dict(), indent=2) if args.json else report)
-        if args.strict and report.unconverted:
-            return 1
-        return 0
+        report = explain(model, example, dynamic=args.dynamic_hw)
+        refused: FxpoolError | None = None
+        if args.strict:
+            try:
+                enforce_strict(report, for_export=False)
+            except FxpoolError as error:
+                refused = error
+        code = EXIT_OK if refused is None else EXIT_MODEL_FAILED
+        if args.json:
+            _print_json("inspect", code, refused, report=report.to_dict())
+        else:
+            print(report)
+        if refused is not None:
+            print(f"fxpool inspect: {type(refused).__name__}: {refused}", file=sys.stderr)
+        return code
 
     options: dict[str, Any] = {"dynamo": args.exporter == "dynamo", "input_names": ["input"], "output_names": ["output"]}
     if args.opset is not None:
@@ -130,7 +241,7 @@ def _run(args: argparse.Namespace, model: nn.Module) -> int:
             options["dynamic_shapes"] = ({a: torch.export.Dim.AUTO for a in axes},)
         else:
             options["dynamic_axes"] = {"input": {a: f"d{a}" for a in axes}}
-    result = fxpool.export(
+    result = export(
         model,
         example,
         args.output,
@@ -140,23 +251,24 @@ def _run(args: argparse.Namespace, model: nn.Module) -> int:
         quantizable=args.quantizable,
         **options,
     )
-    summary = {
-        "path": result.path,
-        "ops": result.op_histogram,
-        "max_abs_error": result.max_abs_error,
-        "verified": result.verified,
-        "pool_nodes": result.pool_nodes,
-        "report": result.report.to_dict() if args.json else result.report.summary(),
-    }
-    print(
-        json.dumps(summary, indent=2)
-        if args.json
-        else (
+    if args.json:
+        _print_json(
+            "export",
+            EXIT_OK,
+            None,
+            path=result.path,
+            ops=result.op_histogram,
+            max_abs_error=result.max_abs_error,
+            verified=result.verified,
+            pool_nodes=result.pool_nodes,
+            report=result.report.to_dict(),
+        )
+    else:
+        print(
             f"{result.report}\nwrote {result.path}\nops: {result.op_histogram}\nonnxruntime max abs error: {result.max_abs_error}"
             + (f" ({result.verified})" if result.verified else "")
         )
-    )
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ Every decision becomes a :class:`~fxpool.report.PoolRecord`; the check is in the
 
 from __future__ import annotations
 
+import logging
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, overload
@@ -32,7 +34,7 @@ from .building import build
 from .checking import Noise, SelfCheck, rounding_noise, self_check
 from .copying import structural_copy
 from .deciding import SiteDecision, decide
-from .errors import SelfCheckError, UnconvertedPoolError, UnsupportedModelError
+from .errors import SelfCheckError, UnconvertedPoolError, UnconvertedPoolWarning, UnsupportedModelError
 from .example import Example, read_example
 from .finding import FoundPools, find_pools
 from .globalstate import LOCK
@@ -43,6 +45,8 @@ from .report import REPORT_ATTRIBUTE, ConversionReport, attach_report, report_of
 # A conversion that fails its self-check is redone with what failed undone; each round undoes at
 # least one replacement or one level of tracing, so this bounds only pathological models.
 MAX_CHECK_ROUNDS = 16
+
+log = logging.getLogger("fxpool")  # what convert decides: DEBUG one record per pool, INFO the outcome
 
 
 @overload
@@ -100,13 +104,14 @@ def convert(
     quantization then leave them in float, as they leave the native pools, instead of rounding the
     1/k entries to 8 bits.
 
-    >>> import torch, torchvision
-    >>> from fxpool import report_of
-    >>> converted = convert(torchvision.models.vgg11(weights=None), torch.randn(1, 3, 160, 160))
-    >>> print(report_of(converted).records[0].replacement)
-    kron-matmul HW 5x5->7x7
-    >>> report_of(converted).check.status
-    'passed'
+    Examples:
+        >>> import torch, torchvision
+        >>> from fxpool import report_of
+        >>> converted = convert(torchvision.models.vgg11(weights=None), torch.randn(1, 3, 160, 160))
+        >>> print(report_of(converted).records[0].replacement)
+        kron-matmul HW 5x5->7x7
+        >>> report_of(converted).check.status
+        'passed'
 
     A ``torch.export`` program (``ExportedProgram``, its example input optional) gives a new program
     with every ATen adaptive pool replaced, and a ``GraphModule`` calling the ATen pool operators
@@ -122,6 +127,8 @@ def convert(
     converted, report = _convert(model, read_example(example_input, example_kwargs), dynamic, quantizable)
     if strict:
         enforce_strict(report, for_export=False)
+    else:
+        warn_left(report, for_export=False)
     setattr(converted, REPORT_ATTRIBUTE, report)
     return converted
 
@@ -165,6 +172,40 @@ def _convert_program(
         enforce_strict(report, for_export=False)
     attach_report(converted, report)
     return converted
+
+
+def warn_left(report: ConversionReport, *, for_export: bool, stacklevel: int = 3) -> None:
+    """Warn (`UnconvertedPoolWarning`) where a non-strict call leaves pools or the self-check undid replacements.
+
+    Where ``strict=True`` raises (`enforce_strict`), a non-strict call says the same as a warning.
+    """
+    left = report.unexportable if for_export else report.unconverted
+    undone = report.check.actions if report.check is not None else ()
+    if not left and not undone:
+        return
+    parts = []
+    if left:
+        where = "; ".join(f"{r.location}: {r.reason}" for r in left[:3]) + (f"; and {len(left) - 3} more" if len(left) > 3 else "")
+        what = "the export leaves to the stock exporter" if for_export else "are left to PyTorch"
+        parts.append(f"{len(left)} adaptive pool(s) {what} ({where})")
+    if undone:  # a replacement undone is a pool left, said above; a trace undone is said here
+        first = "" if left else f" ({undone[0]}{' ...' if len(undone) > 1 else ''})"
+        parts.append(f"the self-check undid {len(undone)} step(s){first}")
+    warnings.warn(
+        "fxpool: " + "; ".join(parts) + ". fxpool.report_of(converted) has every record; strict=True makes this an error.",
+        UnconvertedPoolWarning,
+        stacklevel=stacklevel,
+    )
+
+
+def _log_decisions(report: ConversionReport) -> None:
+    for record in report.records:
+        if record.converted:
+            log.debug("%s (%s): %s, because %s", record.location, record.op, record.replacement, record.reason)
+        else:
+            log.debug("%s (%s): left to PyTorch, because %s", record.location, record.op, record.reason)
+    check = "not run" if report.check is None else report.check.status
+    log.info("converted %d of %d adaptive pool(s); self-check %s", len(report.converted), len(report.records), check)
 
 
 def explain(
@@ -233,6 +274,7 @@ def _convert(model: nn.Module, example: Example, dynamic: bool, quantizable: boo
             if not undo.learn(result.check, result):
                 break  # nothing left to undo: the last conversion stands, its check says failed
     report = result.report()
+    _log_decisions(report)
     previous = getattr(model, REPORT_ATTRIBUTE, None)
     if isinstance(previous, ConversionReport):  # converting a converted model: what was done before stays on record
         report = ConversionReport(

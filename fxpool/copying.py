@@ -11,23 +11,23 @@ pyramid through such a list). Copies remap those references too, so a copy never
 original's modules; :func:`module_paths` names them (``blocks[0]``) and :func:`substitute` swaps a
 module object for another wherever the tree holds it.
 
-:func:`install_graph` makes a module run a traced graph as its forward (or one of two graphs, chosen
-by ``torch.onnx.is_in_onnx_export()``, for a module that branches on it) while keeping all it has;
-:func:`graph_of` and :func:`export_graph_of` find the graphs again (copies rebind them to copies of
-the graphs). :func:`has_hooks` and :func:`carry_hooks` let a module that stands in for another keep
-the hooks users registered on it.
+A copy is a copy all through: an attribute that is a method bound to a module of the tree
+(``m.forward = types.MethodType(fwd, m)``) is bound to that module's copy, and an object that knows
+which modules it runs for (it has ``map_modules(fn)``, as an intercepted forward has) is asked for its
+copy, so a copy never runs the original's modules. :func:`has_hooks` and :func:`carry_hooks` let a
+module that stands in for another keep the hooks users registered on it.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-import inspect
+import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from torch import fx, nn
+from torch import nn
 
 # Every per-module hook dict of nn.Module, forward and backward, state-dict hooks included.
 HOOK_DICTS = (
@@ -90,6 +90,9 @@ def _copy(module: nn.Module, clone_buffers: bool, memo: dict[int, nn.Module]) ->
     memo[id(module)] = new
     state = new.__dict__  # written directly: nn.Module.__setattr__ is slow, and nothing here needs it
     for name, value in state.items():
+        if _runs_for_modules(value):
+            state[name] = _rebound(value, lambda held: _copy(held, clone_buffers, memo))
+            continue
         if name in _MACHINERY or not _may_hold_modules(value):
             # Hook dicts, the buffer-name set and friends would otherwise be shared with the original.
             if isinstance(value, (dict, set, list)):
@@ -101,10 +104,23 @@ def _copy(module: nn.Module, clone_buffers: bool, memo: dict[int, nn.Module]) ->
     }
     if clone_buffers:
         state["_buffers"] = {name: None if b is None else b.detach().clone() for name, b in module._buffers.items()}
-    graphs = _installed_graphs(module)
-    if graphs is not None:  # a converted module: its copy runs copies of its graphs, over the copy's tensors
-        install_graph(new, *(None if g is None else _copy(g, clone_buffers, memo) for g in graphs))  # type: ignore[arg-type]
     return new
+
+
+def _runs_for_modules(value: object) -> bool:
+    """A method bound to a module, or an object that runs for modules it names (``map_modules``)."""
+    if isinstance(value, types.MethodType):
+        return isinstance(value.__self__, nn.Module)
+    return not isinstance(value, (nn.Module, type)) and callable(getattr(value, "map_modules", None))
+
+
+def _rebound(value: Any, fn: Callable[[nn.Module], nn.Module]) -> Any:
+    """``value`` for the copy: a bound method bound to its module's copy, or the object's own copy."""
+    if isinstance(value, types.MethodType):
+        owner = value.__self__
+        assert isinstance(owner, nn.Module)
+        return types.MethodType(value.__func__, fn(owner))
+    return value.map_modules(fn)
 
 
 def _may_hold_modules(value: object) -> bool:
@@ -181,8 +197,8 @@ def children(module: nn.Module) -> list[tuple[str, nn.Module]]:
 
 def substitute(root: nn.Module, swaps: Mapping[nn.Module, nn.Module]) -> int:
     """Make every module of ``root``'s tree that holds a key of ``swaps`` hold its value instead; returns
-    how many references changed. Registered children, plain attributes and the graphs modules run are
-    all searched, in one walk; ``root`` itself is the caller's to replace."""
+    how many references changed. Registered children and plain attributes are all searched, in one walk;
+    ``root`` itself is the caller's to replace."""
     by_id = {id(old): new for old, new in swaps.items()}
     if not by_id:
         return 0
@@ -204,7 +220,6 @@ def substitute(root: nn.Module, swaps: Mapping[nn.Module, nn.Module]) -> int:
             module.__dict__[name] = _map_modules(value, lambda held: by_id.get(id(held), held), 0)
             changed += 1
         pending += [child for _, child in children(module)]
-        pending += [g for g in _installed_graphs(module) or () if g is not None]
     return changed
 
 
@@ -215,83 +230,6 @@ def _holds(value: Any, targets: Mapping[int, nn.Module], depth: int) -> bool:
         return False
     items = value.values() if isinstance(value, dict) else value
     return any(_holds(item, targets, depth + 1) for item in items)
-
-
-def install_graph(module: nn.Module, gm: fx.GraphModule, export_gm: fx.GraphModule | None = None) -> None:
-    """Make ``module`` run ``gm`` as its forward, keeping everything else it has.
-
-    With ``export_gm``, the module runs ``export_gm`` while ``torch.onnx.is_in_onnx_export()`` is true
-    (under either ONNX exporter) and ``gm`` otherwise: the two branches of a module that asks.
-
-    The module keeps its class, methods, attributes, hooks and every submodule and buffer, used by
-    the graph or not, so ``isinstance``, ``state_dict`` keys and the original's checkpoints still
-    hold. Where the graph holds its own container at a path of the module (torch.fx builds bare
-    ones), the two share their parameter and buffer dicts, so ``module.to(...)`` moves what the
-    graph reads. The module's dicts are its own (a copy's, never the user's): see structural_copy.
-    """
-    for graph in (gm, export_gm):
-        if graph is not None:
-            _share_state(module, graph)
-    module.__dict__["forward"] = gm.forward if export_gm is None else ExportBranches(gm, export_gm)
-
-
-class ExportBranches:
-    """The forward of a module that asks ``torch.onnx.is_in_onnx_export()``: its export graph while the
-    answer is true, its eager graph otherwise.
-
-    A plain object rather than a closure, so a converted model pickles, and ``copy.deepcopy`` copies
-    both graphs with the module. It takes the eager graph's signature, so exporters map keyword
-    arguments onto it as onto the module's own forward.
-    """
-
-    def __init__(self, eager: fx.GraphModule, export: fx.GraphModule) -> None:
-        self.eager = eager
-        self.export = export
-        self.__signature__ = inspect.signature(eager.forward)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if torch.onnx.is_in_onnx_export():
-            return self.export.forward(*args, **kwargs)
-        return self.eager.forward(*args, **kwargs)
-
-
-def _share_state(module: nn.Module, gm: fx.GraphModule) -> None:
-    for path, graph_part in gm.named_modules():
-        try:
-            part = module.get_submodule(path)
-        except AttributeError:  # a replacement under a fresh name: the same object on both sides
-            continue
-        if part is not graph_part:
-            for name, tensor in graph_part._buffers.items():
-                if name not in part._buffers:
-                    # A tensor the graph reads that the module does not hold as a buffer (torch.fx
-                    # registers a plain tensor attribute or a tensor made in forward as one): the
-                    # module holds it too, non-persistent, so its state_dict keys stay the original's.
-                    part._buffers[name] = tensor
-                    part._non_persistent_buffers_set.add(name)
-            graph_part.__dict__["_parameters"] = part._parameters
-            graph_part.__dict__["_buffers"] = part._buffers
-
-
-def _installed_graphs(module: nn.Module) -> tuple[fx.GraphModule, fx.GraphModule | None] | None:
-    """The graphs :func:`install_graph` gave ``module`` (eager, export or None), or None."""
-    forward = module.__dict__.get("forward")
-    if isinstance(forward, ExportBranches):
-        return forward.eager, forward.export
-    owner = getattr(forward, "__self__", None)
-    return (owner, None) if isinstance(owner, fx.GraphModule) and owner is not module else None
-
-
-def graph_of(module: nn.Module) -> fx.GraphModule | None:
-    """The graph a converted module runs in eager (see :func:`install_graph`), or ``None``."""
-    graphs = _installed_graphs(module)
-    return None if graphs is None else graphs[0]
-
-
-def export_graph_of(module: nn.Module) -> fx.GraphModule | None:
-    """The graph a converted module runs under ONNX export, where it differs from the eager one, or ``None``."""
-    graphs = _installed_graphs(module)
-    return None if graphs is None else graphs[1]
 
 
 def tree_index(root: nn.Module) -> tuple[list[nn.Module], dict[int, list[str]]]:

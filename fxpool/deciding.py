@@ -4,9 +4,9 @@
 :class:`~fxpool.planning.PoolSighting`: how it is written and the sizes of each run), asks
 :func:`~fxpool.planning.decide_pool` for its one :class:`~fxpool.planning.PoolDecision`, and writes
 the :class:`~fxpool.report.PoolRecord` users read. A site that must stay where it is
-(``site.left``) or whose replacement an earlier self-check undid is left, with that reason; an
-export-graph site that is the same call as an eager one (``site.twin``) follows its twin and adds no
-record of its own. Nothing here builds or changes a module.
+(``site.left``) or whose replacement an earlier self-check undid is left, with that reason; one of
+fxpool's own replacements (``site.already``) is recorded as converted, and nothing is built for it.
+Nothing here builds or changes a module.
 """
 
 from __future__ import annotations
@@ -27,15 +27,15 @@ _DYNAMIC_DESCRIPTIONS = {
 
 @dataclass(frozen=True, eq=False)
 class SiteDecision:
-    """What happens to one site, and the record of it (``None`` for a twin, which its eager site records)."""
+    """What happens to one site, and the record of it."""
 
     site: PoolSite
     decision: PoolDecision
-    record: PoolRecord | None
+    record: PoolRecord
 
     @property
     def replaced(self) -> bool:
-        return self.decision.action != "left" and bool(self.site.events)
+        return self.decision.action != "left" and bool(self.site.events) and self.site.already is None
 
 
 def decide(site: PoolSite, *, dynamic: bool, undone: str | None = None) -> SiteDecision:
@@ -43,14 +43,15 @@ def decide(site: PoolSite, *, dynamic: bool, undone: str | None = None) -> SiteD
 
     ``undone`` is why an earlier round of the self-check undid this site's replacement.
     """
-    if site.left is not None:
+    if site.already is not None:
+        decision = PoolDecision("left", "converted by an earlier fxpool.convert; kept as it is")
+    elif site.left is not None:
         decision = PoolDecision("left", site.left)
     elif undone:
         decision = PoolDecision("left", undone)
     else:
         decision = decide_pool(sighting(site.call, site.events, site.location), dynamic)
-    record = None if site.twin is not None else _record(site, decision)
-    return SiteDecision(site, decision, record)
+    return SiteDecision(site, decision, _record(site, decision))
 
 
 def requested_sizes(call: PoolCall, event: PoolEvent, location: str) -> tuple[int | None, ...] | None:
@@ -79,8 +80,10 @@ def sighting(call: PoolCall, events: tuple[PoolEvent, ...], location: str) -> Po
 def _record(site: PoolSite, decision: PoolDecision) -> PoolRecord:
     call, plan = site.call, decision.plan
     event = site.events[0] if site.events else None
-    converted = decision.action != "left"
-    if plan is None or not converted:
+    converted = decision.action != "left" or site.already is not None
+    if site.already is not None:
+        replacement, kind = site.already, "already converted"
+    elif plan is None or not converted:
         replacement, kind = "left to PyTorch", ""
     elif decision.action == "dynamic":
         replacement, kind = _DYNAMIC_DESCRIPTIONS[plan.family], "dynamic"

@@ -1,4 +1,10 @@
-"""The errors fxpool raises for what it refuses. All derive from :class:`FxpoolError`."""
+"""The errors fxpool raises for what it refuses, all derived from `FxpoolError`, and its warnings.
+
+- `FxpoolError` and its subclasses: what fxpool refuses, each message naming the pool or the input,
+  the shapes and the way out;
+- `FxpoolWarning` and `UnconvertedPoolWarning`: what a non-strict call accepted but the caller should
+  know (a pool left to PyTorch, a replacement the self-check undid).
+"""
 
 from __future__ import annotations
 
@@ -41,6 +47,43 @@ class SpecialisedArgumentError(FxpoolError, ValueError):
 
 class ExportFailedError(FxpoolError, RuntimeError):
     """``torch.onnx.export`` failed on a converted model; the message holds the conversion report."""
+
+
+class MissingDependencyError(FxpoolError, ImportError):
+    """An optional dependency (an extra of the package) is not installed; the message names the pip line."""
+
+
+class UnsupportedOpsetError(FxpoolError, ValueError):
+    """An ONNX opset the chosen exporter does not write; the message names the opsets it does."""
+
+
+class FxpoolWarning(UserWarning):
+    """Base of every warning fxpool emits."""
+
+
+class UnconvertedPoolWarning(FxpoolWarning):
+    """A non-strict ``convert`` left an adaptive pool to PyTorch, or its self-check undid a replacement."""
+
+
+# The extra that brings each optional module, as ``pip install "fxpool[EXTRA]"`` names it.
+EXTRA_OF = {"onnx": "onnx", "onnxruntime": "onnx", "onnxscript": "onnx", "torchvision": "zoo"}
+
+
+def require(module: str, needed_by: str) -> None:
+    """Import ``module`` or raise `MissingDependencyError` naming it and the pip line that installs it.
+
+    ``needed_by`` says what needs it ("fxpool.export with dynamo=True"). Called before any conversion work.
+    """
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError as error:
+        extra = EXTRA_OF.get(module, module)
+        raise MissingDependencyError(
+            f"{needed_by} needs {module}, which failed to import ({type(error).__name__}: {error}). "
+            f'Install the extra: pip install "fxpool[{extra}]" (in a checkout of fxpool: pip install ".[{extra}]")'
+        ) from error
 
 
 def error_summary(error: BaseException) -> str:

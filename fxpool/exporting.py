@@ -32,7 +32,7 @@ from torch import nn
 
 from .convert import convert, enforce_strict
 from .copying import structural_copy
-from .errors import ExportFailedError, ExportVerificationError, FxpoolError
+from .errors import ExportFailedError, ExportVerificationError, FxpoolError, SpatialSizeError
 from .example import Example, read_example
 from .globalstate import LOCK
 from .report import REPORT_ATTRIBUTE, ConversionReport, report_of
@@ -242,7 +242,7 @@ def _refuse_dynamic_spatial_axes(kwargs: dict[str, Any], specialised: list[str])
     for name, axes in (kwargs.get("dynamic_axes") or {}).items():
         for axis in axes.keys() if isinstance(axes, dict) else axes:
             if axis >= 2 or axis < 0:
-                raise ValueError(message.format(what="dynamic_axes", axis=axis, name=name))
+                raise SpatialSizeError(message.format(what="dynamic_axes", axis=axis, name=name))
     shapes = kwargs.get("dynamic_shapes")
     if shapes is None:
         return
@@ -251,7 +251,7 @@ def _refuse_dynamic_spatial_axes(kwargs: dict[str, Any], specialised: list[str])
         items = spec.items() if isinstance(spec, dict) else enumerate(spec or ())
         for axis, value in items:
             if value is not None and (int(axis) >= 2 or int(axis) < 0):
-                raise ValueError(message.format(what="dynamic_shapes", axis=axis, name=index))
+                raise SpatialSizeError(message.format(what="dynamic_shapes", axis=axis, name=index))
 
 
 class _Exported(nn.Module):

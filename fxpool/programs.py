@@ -483,17 +483,19 @@ def _unchanged(sites: list[AtenPoolSite]) -> SelfCheck:
 
 
 def _reexport(program: ExportedProgram, converted: fx.GraphModule, example: Example) -> ExportedProgram:
-    """``torch.export`` of the rewritten module with the program's dynamic dimensions, at its dialect."""
-    try:
-        result = torch.export.export(
-            converted, example.args, dict(example.kwargs), dynamic_shapes=_dynamic_shapes(program, example), strict=False
-        )
-    except Exception as error:
-        raise FxpoolError(
-            f"fxpool: torch.export of the converted program failed ({type(error).__name__}: "
-            f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}); convert the nn.Module before "
-            f"torch.export instead (fxpool.convert(model, x), then torch.export.export)"
-        ) from error
+    """``torch.export`` of the rewritten module with the program's dynamic dimensions, at its dialect.
+
+    Replacement buffers only another tracer reads (the ONNX forms' indices) would be inputs of the
+    program that nothing uses: they are dropped from the replacements and the module exported again.
+    """
+    dynamic_shapes = _dynamic_shapes(program, example)
+    result = _export(converted, example, dynamic_shapes)
+    dead = _unused_replacement_buffers(result)
+    if dead:
+        for target in dead:
+            owner, _, name = target.rpartition(".")
+            del converted.get_submodule(owner)._buffers[name]
+        result = _export(converted, example, dynamic_shapes)
     if _dialect(program) == "ATEN" and _dialect(result) != "ATEN":
         before = _operators(program.graph_module)
         added = _operators(result.graph_module) - before
@@ -503,6 +505,30 @@ def _reexport(program: ExportedProgram, converted: fx.GraphModule, example: Exam
             table.pop(op)
         result = result.run_decompositions(table)
     return result
+
+
+def _export(module: fx.GraphModule, example: Example, dynamic_shapes: Any) -> ExportedProgram:
+    try:
+        return torch.export.export(module, example.args, dict(example.kwargs), dynamic_shapes=dynamic_shapes, strict=False)
+    except Exception as error:
+        raise FxpoolError(
+            f"fxpool: torch.export of the converted program failed ({type(error).__name__}: "
+            f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}); convert the nn.Module before "
+            f"torch.export instead (fxpool.convert(model, x), then torch.export.export)"
+        ) from error
+
+
+def _unused_replacement_buffers(program: ExportedProgram) -> list[str]:
+    """The targets (``fxpool_pool_N.name``) of replacement buffers the program takes but never reads."""
+    unused = {node.name for node in program.graph.nodes if node.op == "placeholder" and not node.users}
+    return [
+        spec.target
+        for spec in program.graph_signature.input_specs
+        if spec.kind == torch.export.graph_signature.InputKind.BUFFER
+        and spec.target is not None
+        and spec.target.startswith(REPLACEMENT_PREFIX)
+        and getattr(spec.arg, "name", None) in unused
+    ]
 
 
 def _dialect(program: ExportedProgram) -> str:

@@ -54,6 +54,7 @@ class PoolEvent:
     device: torch.device
     quantized: bool
     source: str | None = None
+    already_converted: str | None = None  # one of fxpool's replacements (a converted model again): what it computes
 
     @property
     def spatial_dims(self) -> int:
@@ -134,11 +135,14 @@ def _record(model: nn.Module, example: Example, export: bool) -> Recording:
     in_pool_module: list[bool] = []  # parallel to stack: is that module an adaptive pool?
     modules, names = tree_index(probe)
     pool_modules: dict[int, PoolCall | None] = {}
+    converted: dict[int, tuple[PoolCall, str]] = {}  # fxpool's own replacements, found again
     for module in modules:
         try:
             pool_modules[id(module)] = describe_module(module)
         except PoolCallError as error:
             raise PoolCallError(f"{names[id(module)][0] or '<root>'}: {error}") from None
+        if (found := already_converted(module)) is not None:
+            converted[id(module)] = found
 
     def pre_hook(module: nn.Module, inputs: tuple[Any, ...], keywords: dict[str, Any]) -> None:
         name = _path_in_context(names.get(id(module), ["?"]), stack[-1][0] if stack else None)
@@ -147,12 +151,15 @@ def _record(model: nn.Module, example: Example, export: bool) -> Recording:
         count = recording.invocations.get(name, 0)
         recording.invocations[name] = count + 1
         stack.append((name, count))
-        in_pool_module.append(pool_modules.get(id(module)) is not None)
+        in_pool_module.append(pool_modules.get(id(module)) is not None or id(module) in converted)
 
     def post_hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
         call = pool_modules.get(id(module))
         if call is not None and stack:
             _add_event(recording, call, stack[-1][0], tuple(stack), inputs[0] if inputs else None, output, None)
+        elif id(module) in converted and stack:
+            found, what = converted[id(module)]
+            _add_event(recording, found, stack[-1][0], tuple(stack), inputs[0] if inputs else None, output, None, what)
         if stack:
             if type(output) not in _PLAIN_OUTPUTS:
                 spec = tree_flatten(output)[1]
@@ -272,8 +279,28 @@ def _validate_input(call: PoolCall, value: Any, where: str | None) -> None:
         )
 
 
+def already_converted(module: nn.Module) -> tuple[PoolCall, str] | None:
+    """The pool one of fxpool's replacement modules stands for, and what computes it; None for other modules."""
+    reference = getattr(type(module), "fxpool_native_reference", None)
+    if reference is None or not type(module).__module__.startswith("fxpool."):
+        return None
+    family, out_sizes = getattr(module, "fxpool_native_reference")
+    dims = len(out_sizes)
+    call = PoolCall(family, dims, f"fxpool.{type(module).__name__}", "module", tuple(out_sizes))
+    plan = getattr(module, "plan", None)
+    what = plan.describe() if plan is not None else module.extra_repr()
+    return call, f"already converted ({what})"
+
+
 def _add_event(
-    recording: Recording, call: PoolCall, module_name: str | None, scope: Scope, value: Any, output: Any, source: str | None
+    recording: Recording,
+    call: PoolCall,
+    module_name: str | None,
+    scope: Scope,
+    value: Any,
+    output: Any,
+    source: str | None,
+    already: str | None = None,
 ) -> None:
     values = output[0] if isinstance(output, (tuple, list)) else output
     if not isinstance(value, torch.Tensor) or not isinstance(values, torch.Tensor):
@@ -289,6 +316,7 @@ def _add_event(
             device=value.device,
             quantized=value.is_quantized,
             source=source,
+            already_converted=already,
         )
     )
 

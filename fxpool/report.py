@@ -45,14 +45,21 @@ class PoolRecord:
         """Whether fxpool's exports carry this pool as exact, portable ONNX."""
         return self.converted or self.export_translated
 
+    @property
+    def global_average(self) -> bool:
+        """Left to PyTorch, but an average pool on float input to output size 1 on every axis: every exporter
+        lowers that exactly (TorchScript's as GlobalAveragePool, dynamo's as a mean, ``torch.export`` keeps
+        the op), so it needs no replacement for the converted model to export on its own."""
+        sizes = [s.strip() for s in self.output_size.strip("()").split(",") if s.strip()]
+        return not self.converted and self.export_translated and bool(sizes) and all(s == "1" for s in sizes)
+
 
 @dataclass(frozen=True)
 class ConversionReport:
-    """Every record, and how the model was reached (whole-graph trace or per submodule)."""
+    """Every record, and the modules whose forward has functional pool calls intercepted."""
 
     records: tuple[PoolRecord, ...]
-    traced: tuple[str, ...] = ()  # qualified names converted through torch.fx ("" = whole model)
-    untraceable: tuple[tuple[str, str], ...] = ()  # (qualified name, first line of the trace error)
+    intercepted: tuple[str, ...] = ()  # qualified names of modules whose functional pool calls run replacements
     check: SelfCheck | None = None  # what convert compared after converting (None: not run)
 
     @property
@@ -65,9 +72,10 @@ class ConversionReport:
 
     @property
     def stands_alone(self) -> bool:
-        """Whether every pool was replaced, so plain ``torch.onnx.export``/``torch.export`` of the
-        converted model gives the exact graph with no fxpool code around the call."""
-        return not self.unconverted
+        """Whether every pool was replaced (or is a global average, :attr:`PoolRecord.global_average`), so
+        plain ``torch.onnx.export``/``torch.export`` of the converted model gives the exact graph with no
+        fxpool code around the call."""
+        return all(r.global_average for r in self.unconverted)
 
     @property
     def unexportable(self) -> tuple[PoolRecord, ...]:
@@ -85,8 +93,7 @@ class ConversionReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "records": [asdict(r) for r in self.records],
-            "traced": list(self.traced),
-            "untraceable": [list(u) for u in self.untraceable],
+            "intercepted": list(self.intercepted),
             "check": None if self.check is None else asdict(self.check),
         }
 
@@ -112,16 +119,20 @@ class ConversionReport:
     def summary(self) -> str:
         if self.records and all(r.form == "aten" for r in self.records):
             reached = "ATen operators of the exported graph rewritten"
-        elif "" in self.traced:
-            reached = "whole model traced"
-        elif self.traced:
-            reached = f"traced where pools are called functionally: {', '.join(self.traced)}"
+        elif self.intercepted:
+            names = ", ".join(name or "<root>" for name in self.intercepted[:5]) + (" ..." if len(self.intercepted) > 5 else "")
+            reached = f"functional calls intercepted in the forward of {len(self.intercepted)} module(s): {names}"
         else:
-            reached = "pool modules swapped in place, nothing traced"
+            reached = "pool modules swapped in place"
         translated = len(self.unconverted) - len(self.unexportable)
         at_export = f" ({translated} of them exported exactly by fxpool's translations)" if translated else ""
         if not self.records:
             alone = ""
+        elif self.stands_alone and self.unconverted:
+            alone = (
+                f"; the converted model exports exactly on its own (the {len(self.unconverted)} left are global "
+                f"averages, output size 1, which every exporter lowers exactly)"
+            )
         elif self.stands_alone:
             alone = "; every pool replaced: the converted model exports exactly on its own"
         else:
@@ -143,7 +154,6 @@ class ConversionReport:
         parts = [self.summary()]
         if self.records:
             parts.append(self.table())
-        parts += [f"untraceable {name or '<root>'}: {why}" for name, why in self.untraceable]
         if self.check is not None:
             parts.append(self.check.summary())
         return "\n".join(parts)

@@ -1,15 +1,16 @@
 """Verification of exported ONNX graphs: ``onnx.checker``, then onnxruntime against PyTorch.
 
-:func:`verify_onnx` runs the graph on the example input in onnxruntime's CPU provider and compares every
+`verify_onnx` runs the graph on the example input in onnxruntime's CPU provider and compares every
 output with the model's (on whatever device the model lives: the comparison is made on the CPU).
 Where the graph holds bfloat16 or float16 tensors and the CPU provider has no kernel for one of its
-ops (no bfloat16 ``Conv``, say), the graph as exported cannot run there; :func:`float32_copy` then
+ops (no bfloat16 ``Conv``, say), the graph as exported cannot run there; `float32_copy` then
 makes the same graph in float32 (initializers, constants, casts and value types widened; low-precision
 values are exact in float32), which is run against a float32 copy of the model: the graph's structure
-and weights are verified, and :class:`Verification` says so in words. A graph that fails is moved to
-``*.failed`` and :class:`~fxpool.errors.ExportVerificationError` says why.
+and weights are verified, and `Verification` says so in words. A graph that fails is moved to
+``*.failed`` and `ExportVerificationError` says why.
 
-onnx and onnxruntime are imported only when needed (the ``fxpool[onnx]`` extra).
+onnx and onnxruntime are imported only when needed (the ``fxpool[onnx]`` extra); a missing one raises
+`MissingDependencyError` with the ``pip install`` line.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from torch import nn
 from torch.utils._pytree import tree_leaves, tree_map
 
 from .copying import structural_copy
-from .errors import ExportVerificationError
+from .errors import ExportVerificationError, require
 from .example import Example, example_run, read_example
 from .globalstate import LOCK
 
@@ -112,6 +113,8 @@ def verify_onnx(path: str, model: nn.Module, example_input: Any, *, rtol: float 
     elements close to zero — in the stock export of the original model too. A float16 or bfloat16
     output is held to at least four units of its last place (both sides round to it).
     """
+    require("onnx", "ONNX verification")
+    require("onnxruntime", "ONNX verification (pass verify=False, or --no-verify, to export unverified)")
     import onnx
 
     example = read_example(example_input)

@@ -340,7 +340,7 @@ def convert_section(repeats: int = 5, names: Sequence[str] = CONVERT_MODELS) -> 
             "input": list(shape),
             "parameters_M": sum(p.numel() for p in model.parameters()) / 1e6,
             "pools": len(report.records),
-            "traced": len(report.traced),
+            "intercepted": len(report.intercepted),
             "forward_s": times["forward"],
             "convert_s": times["convert"],
             "convert_over_forward": times["convert"] / times["forward"],
@@ -357,7 +357,7 @@ def _convert_line(row: dict[str, Any]) -> str:
     memory = row.get("convert_peak_MB")
     return (
         f"| {row['model']} | {'x'.join(map(str, row['input'][1:]))} | {row['parameters_M']:.1f} M | {row['pools']} | "
-        f"{row['traced']} | {row['forward_s'] * 1e3:.1f} | {row['convert_s'] * 1e3:.0f} | {row['convert_over_forward']:.2f} | "
+        f"{row['intercepted']} | {row['forward_s'] * 1e3:.1f} | {row['convert_s'] * 1e3:.0f} | {row['convert_over_forward']:.2f} | "
         + ("-" if memory is None else f"{memory:.0f} of {row['forward_peak_MB']:.0f}")
         + " |"
     )
@@ -491,7 +491,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 HEADERS = {
     "pools": "| case | fwd / native | fwd+bwd / native | slice-loop / fxpool (fwd+bwd) | ORT dynamo-original / fxpool "
     "| fwd / floor | native fwd / floor |\n|---|---|---|---|---|---|---|\n",
-    "convert": "\n| model | input | parameters | pools | traced modules | forward ms | convert ms | convert / forward "
+    "convert": "\n| model | input | parameters | pools | intercepted modules | forward ms | convert ms | convert / forward "
     "| convert's extra peak MB, of the forward's |\n|---|---|---|---|---|---|---|---|---|\n",
     "avgforms": "\n| average pool | ORT sliding ms | ORT slices ms | ORT gather ms | picked | best | picked / best |\n"
     "|---|---|---|---|---|---|---|\n",

@@ -153,13 +153,13 @@ def bench_markdown(results: dict[str, Any]) -> str:
     if results.get("convert"):
         lines += ["## Conversion cost", ""]
         lines += _table(
-            ("model", "input", "pools", "traced modules", "forward ms", "convert ms", "convert / forward", "extra peak MB"),
+            ("model", "input", "pools", "intercepted modules", "forward ms", "convert ms", "convert / forward", "extra peak MB"),
             [
                 (
                     r["model"],
                     "x".join(map(str, r["input"][1:])),
                     str(r["pools"]),
-                    str(r["traced"]),
+                    str(r.get("intercepted", r.get("traced", ""))),  # "traced": runs before interception
                     _fmt(r["forward_s"] * 1e3, ".1f"),
                     _fmt(r["convert_s"] * 1e3, ".0f"),
                     _fmt(r["convert_over_forward"]),

@@ -335,7 +335,8 @@ IDIOMS: tuple[Idiom, ...] = (
     Idiom("output_larger", lambda: nn.AdaptiveAvgPool2d(16), (1, 2, 5, 5), 1),
     Idiom("output_multiple", lambda: nn.AdaptiveMaxPool2d((8, 10)), (1, 2, 4, 5), 1),
     Idiom("unbatched", Unbatched, (1, 3, 10, 10), 1, exporters=("dynamo",)),
-    Idiom("computed_output_size", ComputedSize, (1, 3, 10, 10), 0, left=1, exporters=("dynamo",)),
+    # the size is an int when the call runs: replaced at the example's, PyTorch's kernel at the others
+    Idiom("computed_output_size", ComputedSize, (1, 3, 10, 10), 1, exporters=("dynamo",)),
     # None beside every other axis kind
     Idiom("none_beside_upsample", lambda: nn.AdaptiveAvgPool2d((None, 8)), (1, 2, 5, 4), 1, second=(1, 2, 6, 4)),
     Idiom("none_beside_upsample_max", lambda: nn.AdaptiveMaxPool2d((8, None)), (1, 2, 4, 5), 1, second=(1, 2, 4, 9)),
@@ -378,7 +379,7 @@ IDIOMS: tuple[Idiom, ...] = (
         3,
     ),
     Idiom("shared_two_sizes_traced", lambda: SharedTwoSizes(False), (1, 2, 10, 10), 2),
-    Idiom("shared_two_sizes_untraceable", lambda: SharedTwoSizes(True), (1, 2, 10, 10), 0, left=1),
+    Idiom("shared_two_sizes_untraceable", lambda: SharedTwoSizes(True), (1, 2, 10, 10), 2),
     # the rest of real code
     Idiom("optional_argument", Optional, (1, 3, 10, 10), 1),
     Idiom("checkpoint", Checkpointed, (1, 3, 10, 10), 1),

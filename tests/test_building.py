@@ -1,4 +1,4 @@
-"""fxpool.building: replacements put in place, in graphs, by object wherever held, and at the root."""
+"""fxpool.building: replacements put in place, by object wherever held, in tables of intercepted forwards, and at the root."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from models import ExportBranch
 from torch import nn
 
 from fxpool.building import build
-from fxpool.copying import graph_of, structural_copy
+from fxpool.copying import structural_copy
 from fxpool.deciding import decide
 from fxpool.example import read_example
 from fxpool.finding import find_pools
+from fxpool.intercepting import InterceptingForward, PoolCalls, intercepted_calls
 from fxpool.recording import record_pool_calls
 from fxpool.replacements import ExactAdaptivePool
 
@@ -36,7 +37,7 @@ class Untraceable(nn.Module):
         return self.again[0](x)
 
 
-def test_a_pool_module_outside_traced_graphs_is_swapped_wherever_the_tree_holds_it() -> None:
+def test_a_pool_module_is_swapped_wherever_the_tree_holds_it() -> None:
     model = Untraceable()
     copy, built = _build(model, torch.randn(1, 3, 10, 10))
     assert built.changed and built.root is copy
@@ -55,17 +56,21 @@ class Pools(nn.Module):
         return self.pool(x) + F.adaptive_avg_pool2d(x, 4)
 
 
-def test_a_traced_graph_is_rewritten_and_installed_and_the_hooks_move_along() -> None:
+def test_a_functional_call_goes_into_a_table_of_its_module_and_the_pool_module_keeps_its_hooks() -> None:
     model = Pools()
     seen = []
     model.pool.register_forward_hook(lambda module, inputs, output: seen.append(type(module).__name__))
     copy, built = _build(model, torch.randn(1, 3, 9, 9))
-    gm = graph_of(copy)
-    assert gm is not None and isinstance(copy.pool, ExactAdaptivePool) and gm.get_submodule("pool") is copy.pool
-    assert sum(isinstance(m, ExactAdaptivePool) for m in gm.modules()) == 2  # the functional call's too
-    seen.clear()  # the recording run called the hook on its own copy
-    copy(torch.randn(1, 3, 9, 9))
+    table = intercepted_calls(copy)
+    assert isinstance(copy.forward, InterceptingForward) and table is copy.fxpool_calls
+    assert isinstance(copy.pool, ExactAdaptivePool) and len(table.replacements) == 1
+    assert intercepted_calls(model) is None and "forward" not in vars(model)  # the original untouched
+    x = torch.randn(1, 3, 9, 9)
+    expected = model(x)
+    seen.clear()  # the original's and the recording's calls ran the hook too
+    torch.testing.assert_close(copy(x), expected, rtol=1e-5, atol=1e-6)
     assert seen == ["ExactAdaptivePool"]
+    assert set(copy.state_dict()) == set(model.state_dict())
 
 
 def test_a_pool_module_swapped_by_object_keeps_its_hooks() -> None:
@@ -73,7 +78,7 @@ def test_a_pool_module_swapped_by_object_keeps_its_hooks() -> None:
     seen = []
     model[1].register_forward_hook(lambda module, inputs, output: seen.append(type(module).__name__))
     copy, built = _build(model, torch.randn(1, 3, 9, 9))
-    assert graph_of(copy) is None and isinstance(copy[1], ExactAdaptivePool)
+    assert isinstance(copy[1], ExactAdaptivePool)
     seen.clear()
     copy(torch.randn(1, 3, 9, 9))
     assert seen == ["ExactAdaptivePool"]
@@ -88,14 +93,32 @@ def test_a_pool_at_the_root_becomes_the_root() -> None:
 def test_nothing_replaced_leaves_the_copy_as_it_was() -> None:
     model = nn.Sequential(nn.Conv2d(3, 3, 1), nn.AdaptiveAvgPool2d(4))
     copy, built = _build(model, torch.randn(1, 3, 9, 9), undone={"1": "undone"})
-    assert not built.changed and built.root is copy and graph_of(copy) is None and type(copy[1]) is nn.AdaptiveAvgPool2d
+    assert not built.changed and built.root is copy and type(copy[1]) is nn.AdaptiveAvgPool2d
 
 
-def test_an_export_twin_runs_the_very_replacement_of_its_eager_call() -> None:
-    copy, built = _build(ExportBranch(), torch.randn(1, 3, 10, 10))
-    eager_graph = graph_of(copy)
-    assert eager_graph is not None
-    export_graph = copy.forward.export
-    eager_pools = [m for m in eager_graph.modules() if isinstance(m, ExactAdaptivePool)]
-    export_pools = [m for m in export_graph.modules() if isinstance(m, ExactAdaptivePool)]
-    assert len(eager_pools) == 1 and len(export_pools) == 2 and eager_pools[0] in export_pools
+def test_the_export_branch_calls_are_in_the_table_too() -> None:
+    model = ExportBranch().eval()
+    copy, built = _build(model, torch.randn(1, 3, 10, 10))
+    assert isinstance(copy.pool, ExactAdaptivePool) and len(copy.fxpool_calls.replacements) == 1
+
+
+class AtTwoSizes(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(x) + self.pool(x[..., :8, :8])
+
+
+def test_a_pool_module_called_at_two_sizes_becomes_a_table_by_size_with_its_hooks() -> None:
+    model = AtTwoSizes()
+    seen = []
+    model.pool.register_forward_hook(lambda module, inputs, output: seen.append(type(module).__name__))
+    copy, built = _build(model, torch.randn(1, 3, 10, 10))
+    assert isinstance(copy.pool, PoolCalls) and len(copy.pool.replacements) == 2
+    x = torch.randn(1, 3, 10, 10)
+    expected = model(x)
+    seen.clear()
+    torch.testing.assert_close(copy(x), expected, rtol=1e-5, atol=1e-6)
+    assert seen == ["PoolCalls", "PoolCalls"]

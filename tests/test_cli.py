@@ -1,15 +1,19 @@
-"""The ``fxpool`` command line: export, inspect, zoo, and one message with exit 2 for each user mistake."""
+"""The ``fxpool`` command line: export, inspect, zoo; exit 0 ok, 1 the model fails, 2 a usage error, each one message;
+``--json`` on failure too; ``--help`` and ``--version`` fast and plain."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import onnx
 import pytest
 
 from fxpool import cli
+from fxpool import cli as cli_module
 from fxpool.verifying import op_histogram
 
 EXPORT_TESTS = Path(__file__).with_name("test_export.py")  # holds IndicesHead, a model file for the CLI
@@ -56,18 +60,23 @@ def test_cli_export_and_inspect(tmp_path) -> None:
     assert op_histogram(str(out))["ReduceMean"] == 1
 
 
-def test_cli_prints_the_report_and_exits_2_on_an_export_it_cannot_do(tmp_path) -> None:
+def test_cli_prints_the_report_and_exits_1_on_an_export_the_model_fails(tmp_path) -> None:
     export = ["export", f"{EXPORT_TESTS}:IndicesHead", "--input-shape", "1,3,10,10", "--dynamic-hw", "-o", str(tmp_path / "m.onnx")]
 
     def cli(*arguments: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "fxpool.cli", *arguments], capture_output=True, text=True, timeout=300)
 
     run = cli(*export)
-    assert run.returncode == 2, run.stderr
+    assert run.returncode == 1, run.stderr
     assert "ExportFailedError" in run.stderr and "return_indices=True" in run.stderr
     assert "Traceback" not in run.stderr
     debug = cli("--debug", *export)
-    assert debug.returncode == 1 and "Traceback" in debug.stderr
+    assert debug.returncode == 1 and "Traceback" in debug.stderr  # the same status, the traceback too
+    as_json = cli(*export, "--json")
+    assert as_json.returncode == 1
+    answer = json.loads(as_json.stdout)
+    assert answer["schema_version"] == cli_module.JSON_SCHEMA_VERSION and answer["ok"] is False and answer["exit_code"] == 1
+    assert answer["error"]["type"] == "ExportFailedError" and "return_indices=True" in answer["error"]["message"]
 
 
 CLI_USER_ERRORS = {  # name: (model file source or None for squeezenet, extra arguments, what stderr must say)
@@ -76,7 +85,12 @@ CLI_USER_ERRORS = {  # name: (model file source or None for squeezenet, extra ar
     "file fails on import": ("import not_a_module_anywhere\n", [], "raised ModuleNotFoundError on import"),
     "callable needs arguments": ("def build(width):\n    pass\n", [], "must build the model with no arguments"),
     "missing output folder": (None, ["-o", "/nonexistent/folder/m.onnx"], "does not exist; create it first"),
-    "unsupported opset": (None, ["--exporter", "torchscript", "--opset", "99"], "Unsupported onnx_opset_version: 99"),
+    "unsupported opset": (None, ["--exporter", "torchscript", "--opset", "99"], "the TorchScript exporter writes opsets 7 to 20"),
+    "opset below dynamo's": (
+        None,
+        ["--opset", "11"],
+        "UnsupportedOpsetError: opset_version=11: the dynamo exporter writes opsets 18",
+    ),
 }
 
 
@@ -114,9 +128,8 @@ def test_cli_dtype_exports_a_bfloat16_graph_verified_as_its_float32_copy(tmp_pat
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the message for a machine without CUDA")
 def test_cli_device_cuda_without_cuda_is_one_clear_usage_error(capsys) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(["inspect", "torchvision:alexnet", "--input-shape", "1,3,64,64", "--device", "cuda"])
-    assert exit_info.value.code == 2 and "torch sees no CUDA device" in capsys.readouterr().err
+    assert cli.main(["inspect", "torchvision:alexnet", "--input-shape", "1,3,64,64", "--device", "cuda"]) == 2
+    assert "torch sees no CUDA device" in capsys.readouterr().err
 
 
 @pytest.mark.cuda
@@ -124,3 +137,104 @@ def test_cli_exports_on_cuda(tmp_path, capsys) -> None:
     out = tmp_path / "cuda.onnx"
     code = cli.main(["export", "torchvision:alexnet", "--input-shape", "1,3,160,160", "--device", "cuda", "-o", str(out)])
     assert code == 0 and out.exists() and "onnxruntime max abs error" in capsys.readouterr().out
+
+
+def run_cli(*arguments: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fxpool", *arguments], capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def test_version_and_python_dash_m_fxpool() -> None:
+    import fxpool
+
+    run = run_cli("--version")
+    assert run.returncode == 0 and run.stdout.strip() == f"fxpool {fxpool.__version__}"
+
+
+def test_help_is_plain_text_and_imports_no_torch() -> None:
+    script = (
+        "import sys\nfrom fxpool import cli\ntry:\n    cli.main(['--help'])\nexcept SystemExit as e:\n    assert e.code == 0\n"
+        "print(sorted(m for m in ('torch', 'onnx', 'numpy') if m in sys.modules))"
+    )
+    start = time.perf_counter()
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    elapsed = time.perf_counter() - start
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().endswith("[]"), run.stdout  # no heavy module loaded to print the help
+    assert "``" not in run.stdout and ":func:" not in run.stdout and ":class:" not in run.stdout
+    assert "exit status:" in run.stdout and "usage: fxpool" in run.stdout
+    assert elapsed < 2.0, f"fxpool --help took {elapsed:.2f} s"
+
+
+@pytest.mark.parametrize("command", ["inspect", "export"])
+def test_each_command_has_plain_help(command: str) -> None:
+    run = run_cli(command, "--help")
+    assert run.returncode == 0 and "--input-shape" in run.stdout and "``" not in run.stdout
+
+
+def test_usage_errors_exit_2_with_usage_and_json_when_asked() -> None:
+    run = run_cli("inspect", "torchvision:alexnet", "--json")  # --input-shape missing
+    assert run.returncode == 2
+    assert run.stderr.startswith("usage: fxpool inspect") and "required: --input-shape" in run.stderr
+    answer = json.loads(run.stdout)
+    assert answer["ok"] is False and answer["exit_code"] == 2 and answer["error"]["type"] == "UsageError"
+    assert run_cli("no-such-command").returncode == 2
+    assert run_cli("inspect", "no-colon", "--input-shape", "1,3,8,8").returncode == 2
+
+
+def test_inspect_strict_exits_1_where_a_pool_is_left_and_says_so_in_json() -> None:
+    model = f"{EXPORT_TESTS}:IndicesHead"
+    plain = run_cli("inspect", model, "--input-shape", "1,3,10,10")
+    assert plain.returncode == 0 and "return_indices=True" in plain.stdout
+    strict = run_cli("inspect", model, "--input-shape", "1,3,10,10", "--strict", "--json")
+    assert strict.returncode == 1, strict.stderr
+    answer = json.loads(strict.stdout)
+    assert answer["schema_version"] == cli_module.JSON_SCHEMA_VERSION and answer["command"] == "inspect"
+    assert answer["ok"] is False and answer["error"]["type"] == "UnconvertedPoolError"
+    assert answer["report"]["records"], answer
+    assert "UnconvertedPoolError" in strict.stderr
+
+
+def test_export_json_on_success_has_the_schema_version(tmp_path) -> None:
+    run = run_cli("export", "torchvision:squeezenet1_1", "--input-shape", "1,3,64,64", "-o", str(tmp_path / "s.onnx"), "--json")
+    assert run.returncode == 0, run.stderr
+    answer = json.loads(run.stdout)
+    assert answer["schema_version"] == cli_module.JSON_SCHEMA_VERSION and answer["ok"] is True and answer["error"] is None
+    assert answer["path"].endswith("s.onnx") and answer["max_abs_error"] < 1e-4 and answer["report"]["records"]
+
+
+def test_opset_11_with_torchscript_writes_opset_11(tmp_path) -> None:
+    out = tmp_path / "a.onnx"
+    run = run_cli(
+        "export",
+        "torchvision:squeezenet1_1",
+        "--input-shape",
+        "1,3,64,64",
+        "-o",
+        str(out),
+        "--exporter",
+        "torchscript",
+        "--opset",
+        "11",
+    )
+    assert run.returncode == 0, run.stderr
+    assert [o.version for o in onnx.load(str(out)).opset_import if o.domain in ("", "ai.onnx")] == [11]
+
+
+def test_a_missing_extra_is_a_usage_error_naming_the_pip_line(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setitem(sys.modules, "onnxscript", None)  # as if fxpool[onnx] were not installed
+    code = cli.main(["export", "torchvision:squeezenet1_1", "--input-shape", "1,3,64,64", "-o", str(tmp_path / "m.onnx"), "--json"])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert 'pip install "fxpool[onnx]"' in captured.err and "MissingDependencyError" in captured.err
+    assert json.loads(captured.out)["error"]["type"] == "MissingDependencyError"
+
+
+def test_zoo_outside_a_checkout_says_how_to_get_it(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli_module.importlib.util, "find_spec", lambda name: None)
+    assert not cli_module.zoo_available()
+    assert cli.main(["zoo", "--models", "alexnet"]) == 2
+    assert "ships with the source checkout" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "zoo" not in capsys.readouterr().out  # not offered where it cannot run

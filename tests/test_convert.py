@@ -1,4 +1,4 @@
-"""fxpool.convert end to end: every spelling, the report, safety, errors, untraceable models."""
+"""fxpool.convert end to end: every spelling, the report, safety, errors, models torch.fx cannot trace."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_every_spelling_is_found_and_converted_exactly() -> None:
     converted = fxpool.convert(model, x, strict=True)
     report = report_of(converted)
     assert len(report.records) == 15 and not report.unconverted
-    assert report.traced == ("",)
+    assert report.intercepted == ("",)
     torch.testing.assert_close(converted(x), model(x), **F32)
     kinds = " ".join(r.replacement for r in report.records)
     for kind in ("AvgPool2d", "AvgPool1d", "AvgPool3d", "mean", "matmul", "kron-matmul", "nearest upsample"):
@@ -61,7 +61,7 @@ def test_every_spelling_is_found_and_converted_exactly() -> None:
     } <= forms
     functional = [r for r in report.records if r.form == "functional"]
     assert all(r.source and "models.py" in r.source for r in functional)
-    assert "kron-matmul" in str(report) and "whole model traced" in str(report)
+    assert "kron-matmul" in str(report) and "functional calls intercepted in the forward of 1 module(s): <root>" in str(report)
 
 
 def test_gradients_match_the_original() -> None:
@@ -127,7 +127,7 @@ def test_plan_reports_without_returning_a_model() -> None:
     assert report.to_dict()["records"][0]["location"] == "module_2d"
 
 
-def test_same_module_on_two_sizes_gets_two_replacements_when_traced() -> None:
+def test_same_module_on_two_sizes_gets_two_replacements() -> None:
     model = SharedPool()
     x = torch.randn(1, 2, 10, 10)
     converted = fxpool.convert(model, x, strict=True)
@@ -135,30 +135,24 @@ def test_same_module_on_two_sizes_gets_two_replacements_when_traced() -> None:
     torch.testing.assert_close(converted(x), model(x), **F32)
 
 
-def test_same_module_on_two_sizes_in_untraceable_code_is_left_with_reason() -> None:
+def test_same_module_on_two_sizes_in_untraceable_code_gets_two_replacements() -> None:
     model = UntraceableShared()
     x = torch.randn(1, 2, 10, 10)
-    converted = fxpool.convert(model, x)
-    (record,) = report_of(converted).records
-    assert not record.converted and "different sizes" in record.reason
+    converted = fxpool.convert(model, x, strict=True)
+    assert [r.location for r in report_of(converted).records] == ["pool#0", "pool#1"]
     torch.testing.assert_close(converted(x), model(x), **F32)
 
 
-def test_untraceable_model_converts_traceable_parts_and_reports_the_rest() -> None:
+def test_a_model_torch_fx_cannot_trace_has_every_pool_converted_without_a_trace() -> None:
     model = ShapeBranch().eval()
     x = torch.randn(2, 3, 12, 12)
-    converted = fxpool.convert(model, x)
+    converted = fxpool.convert(model, x, strict=True)
     report = report_of(converted)
-    assert report.traced == ("head",)
-    assert report.untraceable[0][0] == "" and "control flow" in report.untraceable[0][1]
-    by_location = {r.location: r for r in report.records}
-    assert by_location["pool"].converted and by_location["head:adaptive_avg_pool2d"].converted
-    (unreached,) = report.unconverted
-    assert "no usable torch.fx graph" in unreached.reason and unreached.source and "models.py" in unreached.source
-    assert isinstance(model.head, PooledHead)  # the original child is untouched
+    assert set(report.intercepted) == {"head", ""} and not report.unconverted
+    functional = [r for r in report.records if r.form == "functional"]
+    assert functional and all(r.source and "models.py" in r.source for r in functional)
+    assert isinstance(model.head, PooledHead) and "forward" not in vars(model.head)  # the original child is untouched
     torch.testing.assert_close(converted(x), model(x), **F32)
-    with pytest.raises(UnconvertedPoolError):
-        fxpool.convert(model, x, strict=True)
 
 
 def test_unbatched_and_zero_batch_inputs() -> None:
@@ -178,9 +172,10 @@ def test_converted_model_can_be_converted_and_traced_again() -> None:
     model = EverySpelling().eval()
     x = torch.randn(2, 3, 10, 10)
     once = fxpool.convert(model, x)
-    twice = fxpool.convert(once, x)
-    assert report_of(twice).records == report_of(once).records  # nothing new; what was done stays on record
-    torch.fx.symbolic_trace(once)
+    twice = fxpool.convert(once, x, strict=True)
+    records = report_of(twice).records
+    assert len(records) == len(report_of(once).records) and all(r.replacement.startswith("already converted") for r in records)
+    torch.jit.trace(once, x)
     torch.testing.assert_close(twice(x), model(x), **F32)
 
 
@@ -424,8 +419,8 @@ def test_an_int_area_size_covers_every_spatial_axis(build) -> None:
 
 
 def test_a_failed_self_check_that_blames_nothing_undoes_every_replacement(monkeypatch) -> None:
-    # A replacement that is wrong where the per-replacement check cannot see it, at the root (no
-    # trace to undo): the result must be the original's function, not the failing conversion.
+    # A replacement that is wrong where the per-replacement check cannot see it: the result must be
+    # the original's function, not the failing conversion.
     from fxpool import checking, replacements
 
     native_forward = replacements.ExactAdaptivePool.forward
@@ -435,7 +430,7 @@ def test_a_failed_self_check_that_blames_nothing_undoes_every_replacement(monkey
     converted = fxpool.convert(model, x)
     torch.testing.assert_close(converted(x), model(x), rtol=0, atol=0)
     report = report_of(converted)
-    assert not report.converted and "no single replacement or trace could be blamed" in report.records[0].reason
+    assert not report.converted and "no single replacement could be blamed" in report.records[0].reason
 
 
 class _PlainTensorAttribute(nn.Module):
@@ -486,7 +481,7 @@ class SharedSqueeze(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         squeezed = self.pool(x)
-        if x.shape[-1] < 0:  # untraceable on purpose: a pool module needs no trace
+        if x.shape[-1] < 0:  # data-dependent on purpose: torch.fx could not trace it
             return x
         return x * torch.sigmoid(self.scale(squeezed)).mean()
 
@@ -512,9 +507,15 @@ def test_one_pool_shared_by_every_stage_at_every_size_is_one_record_of_all_its_c
     torch.testing.assert_close(converted(x), model(x), **F32)
 
 
-def test_a_shared_pool_that_is_not_exact_at_every_size_is_left_saying_so() -> None:
+def test_a_shared_pool_that_is_not_exact_at_every_size_gets_one_replacement_per_size() -> None:
     model, x = Stages(3).eval(), torch.randn(1, 3, 32, 32)  # 32->3, 16->3, 8->3: no one plan serves all
-    report = report_of(fxpool.convert(model, x))
-    (record,) = report.records
-    assert not record.converted and record.calls == 3 and "different sizes" in record.reason
-    assert fxpool.report_of(fxpool.convert(model, x, dynamic=True)).records[0].converted  # one form for every size
+    converted = fxpool.convert(model, x, strict=True)
+    records = report_of(converted).records
+    assert [(r.location, r.input_shape[-1], r.calls) for r in records] == [
+        ("stages.0.1.pool#0", 32, 1),
+        ("stages.0.1.pool#1", 16, 1),
+        ("stages.0.1.pool#2", 8, 1),
+    ]
+    torch.testing.assert_close(converted(x), model(x), **F32)
+    dynamic = fxpool.convert(model, x, dynamic=True, strict=True)  # one form for every size, in one table
+    torch.testing.assert_close(dynamic(x), model(x), **F32)

@@ -1,13 +1,15 @@
-"""fxpool.copying: module-tree copies over shared tensors, installed graphs, paths and hooks."""
+"""fxpool.copying: module-tree copies over shared tensors, rebound methods, paths and hooks."""
 
 from __future__ import annotations
 
 import copy
+import types
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from fxpool.copying import carry_hooks, export_graph_of, graph_of, has_hooks, install_graph, module_paths, structural_copy
+from fxpool.copying import carry_hooks, has_hooks, module_paths, structural_copy
 
 
 def _model() -> nn.Sequential:
@@ -34,17 +36,35 @@ def test_cloned_buffers_leave_the_original_statistics_alone() -> None:
     assert copied[0].weight is model[0].weight  # parameters are still shared
 
 
-def test_install_graph_keeps_class_state_dict_and_moves_with_the_module() -> None:
-    model = structural_copy(_model().eval())
-    keys = list(model.state_dict())
-    gm = torch.fx.symbolic_trace(model)
-    install_graph(model, gm)
-    assert type(model) is nn.Sequential and list(model.state_dict()) == keys
-    assert graph_of(model) is gm and graph_of(_model()) is None
-    x = torch.randn(1, 3, 2, 3)
-    torch.testing.assert_close(model(x), gm(x))
-    model.double()  # what the graph reads moves with the module
-    assert model(x.double()).dtype == torch.float64
+def _pooled_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return self.pool(self.conv(x))
+
+
+class Wrapper(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 1)
+        self.pool = nn.AdaptiveAvgPool2d((5, 7))
+
+
+def test_a_forward_bound_on_the_instance_is_bound_to_the_copy() -> None:
+    model = nn.Sequential(Wrapper())
+    model[0].forward = types.MethodType(_pooled_forward, model[0])
+    copied = structural_copy(model)
+    assert copied[0].forward.__self__ is copied[0] and model[0].forward.__self__ is model[0]
+
+
+def test_a_converted_model_with_a_forward_bound_on_the_instance_runs_its_own_modules() -> None:
+    import fxpool
+
+    model = Wrapper().eval()
+    model.forward = types.MethodType(_pooled_forward, model)
+    x = torch.randn(1, 3, 13, 11)
+    converted = fxpool.convert(model, x, strict=True)
+    assert converted.forward.__self__ is converted
+    report = fxpool.report_of(converted)
+    assert [(r.location, r.converted) for r in report.records] == [("pool", True)]
+    torch.testing.assert_close(converted(x), model(x), rtol=1e-5, atol=1e-6)
 
 
 def test_module_paths_list_every_name_of_a_shared_module() -> None:
@@ -75,21 +95,33 @@ class ExportBranch(nn.Module):
         return torch.nn.functional.adaptive_avg_pool2d(x, 4)
 
 
-def test_a_module_with_an_export_branch_pickles_and_deep_copies_with_its_own_graphs() -> None:
+class Functional(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.adaptive_avg_pool2d(self.conv(x), (5, 7))
+
+
+def test_an_intercepted_forward_pickles_deep_copies_and_copies_with_its_module() -> None:
     import io
 
     import fxpool
 
-    model, x = ExportBranch().eval(), torch.randn(1, 3, 10, 10)
+    model, x = Functional().eval(), torch.randn(1, 3, 13, 11)
     converted = fxpool.convert(model, x, strict=True)
-    assert export_graph_of(converted) is not None
     buffer = io.BytesIO()
     torch.save(converted, buffer)
     buffer.seek(0)
     loaded = torch.load(buffer, weights_only=False)
+    assert loaded.forward.owner is loaded and loaded.forward.calls is loaded.fxpool_calls
     torch.testing.assert_close(loaded(x), model(x), rtol=1e-5, atol=1e-6)
     clone = copy.deepcopy(converted)
+    assert clone.forward.owner is clone and clone.forward.calls is clone.fxpool_calls
     with torch.no_grad():
-        clone.conv.weight.zero_()  # the clone's graphs read the clone's weights, not the original's
+        clone.conv.weight.zero_()  # the clone runs the clone's weights, not the original's
     assert not torch.equal(clone(x), converted(x))
     torch.testing.assert_close(converted(x), model(x), rtol=1e-5, atol=1e-6)
+    structural = structural_copy(converted)
+    assert structural.forward.owner is structural and structural.forward.calls is structural.fxpool_calls

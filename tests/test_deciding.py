@@ -56,8 +56,8 @@ def test_a_site_left_where_it_is_or_undone_is_left_with_that_reason() -> None:
     assert record is not None and not record.converted and record.reason == "inside code torch.fx cannot trace"
 
 
-def test_a_twin_follows_its_eager_site_and_adds_no_record() -> None:
+def test_an_already_converted_site_is_recorded_as_converted_and_builds_nothing() -> None:
     pool, _ = _sites(Head(), torch.randn(2, 3, 10, 10))
-    twin = PoolSite("pool@export", pool.call, pool.events, export_branch=True, twin="pool")
-    chosen = decide(twin, dynamic=False)
-    assert chosen.record is None and chosen.decision.action == "exact"
+    again = PoolSite("pool", pool.call, pool.events, already="already converted (mean(H,W))")
+    chosen = decide(again, dynamic=False)
+    assert not chosen.replaced and chosen.record.converted and chosen.record.replacement == "already converted (mean(H,W))"

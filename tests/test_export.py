@@ -515,3 +515,98 @@ def test_a_quantizable_conversion_has_no_linear_under_torch_export() -> None:
     assert "aten.linear.default" in targets(fxpool.convert(model, x))
     quantizable = targets(fxpool.convert(model, x, quantizable=True))
     assert "aten.linear.default" not in quantizable and quantizable & {"aten.einsum.default", "aten.bmm.default"}, quantizable
+
+
+MISSING = {  # name: (module made unimportable, export options, the extra the message must name)
+    "dynamo without onnxscript": ("onnxscript", {"dynamo": True}, "onnx"),
+    "torchscript without onnx": ("onnx", {"dynamo": False}, "onnx"),
+    "verify without onnxruntime": ("onnxruntime", {"dynamo": False}, "onnx"),
+}
+
+
+@pytest.mark.parametrize("case", list(MISSING))
+def test_a_missing_optional_dependency_names_the_pip_line_before_any_conversion(case: str, tmp_path, monkeypatch) -> None:
+    import fxpool.exporting
+
+    module, options, extra = MISSING[case]
+    monkeypatch.setitem(sys.modules, module, None)  # `import module` raises ImportError, as if not installed
+    monkeypatch.setattr(fxpool.exporting, "convert", lambda *a, **k: pytest.fail("converted before the dependency check"))
+    with pytest.raises(fxpool.MissingDependencyError) as raised:
+        fxpool.export(pooled((7, 7)), torch.randn(1, 3, 10, 10), tmp_path / "m.onnx", **options)
+    assert f"needs {module}, which failed to import" in str(raised.value)
+    assert f'pip install "fxpool[{extra}]"' in str(raised.value)
+    assert not (tmp_path / "m.onnx").exists()
+
+
+def test_without_onnxruntime_an_unverified_export_still_runs(tmp_path, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    result = fxpool.export(pooled((7, 7)), torch.randn(1, 3, 10, 10), tmp_path / "m.onnx", dynamo=False, verify=False)
+    assert result.max_abs_error is None and "MatMul" in result.op_histogram
+
+
+def opset_of(path) -> int:
+    return next(o.version for o in onnx.load(str(path)).opset_import if o.domain in ("", "ai.onnx"))
+
+
+@pytest.mark.parametrize("opset", [11, 17, 99])
+def test_the_dynamo_exporter_refuses_an_opset_it_would_not_write_before_converting(opset: int, tmp_path, monkeypatch) -> None:
+    import fxpool.exporting
+
+    monkeypatch.setattr(fxpool.exporting, "convert", lambda *a, **k: pytest.fail("converted before the opset check"))
+    with pytest.raises(fxpool.UnsupportedOpsetError) as raised:
+        fxpool.export(pooled((7, 7)), torch.randn(1, 3, 10, 10), tmp_path / "m.onnx", dynamo=True, opset_version=opset)
+    low, high = fxpool.exporting.supported_opsets(dynamo=True)
+    assert low == 18 and high >= 23
+    message = str(raised.value)
+    assert f"opset_version={opset}: the dynamo exporter writes opsets 18 to {high}" in message
+    assert "TorchScript exporter (dynamo=False, --exporter torchscript), which writes opsets 7 to 20" in message
+    assert isinstance(raised.value, ValueError)
+
+
+@pytest.mark.parametrize("opset", [6, 21])
+def test_the_torchscript_exporter_refuses_an_opset_outside_7_to_20(opset: int, tmp_path) -> None:
+    with pytest.raises(
+        fxpool.UnsupportedOpsetError, match=f"opset_version={opset}: the TorchScript exporter writes opsets 7 to 20"
+    ):
+        fxpool.export(pooled((7, 7)), torch.randn(1, 3, 10, 10), tmp_path / "m.onnx", dynamo=False, opset_version=opset)
+
+
+@pytest.mark.parametrize("dynamo,opset", [(False, 11), (True, 18), (True, 21)])
+def test_an_opset_in_range_is_the_opset_written(dynamo: bool, opset: int, tmp_path) -> None:
+    fxpool.export(pooled((7, 7)), torch.randn(1, 3, 10, 10), tmp_path / "m.onnx", dynamo=dynamo, opset_version=opset)
+    assert opset_of(tmp_path / "m.onnx") == opset
+
+
+def test_a_graph_of_another_opset_than_asked_is_set_aside(tmp_path) -> None:
+    from fxpool.exporting import check_written_opset
+
+    path = tmp_path / "m.onnx"
+    fxpool.export(pooled((7, 7)), torch.randn(1, 3, 10, 10), path, dynamo=False, opset_version=13)
+    with pytest.raises(fxpool.UnsupportedOpsetError, match="the exporter wrote opset 13 instead"):
+        check_written_opset(str(path), 11)
+    assert not path.exists() and (tmp_path / "m.onnx.failed").exists()
+
+
+def test_exporter_log_lines_go_to_fxpools_log_and_a_changed_request_warns(caplog) -> None:
+    import logging
+
+    from fxpool.exporting import _exporter_logs_to_fxpool
+
+    exporter = logging.getLogger("torch.onnx._internal.exporter._compat")
+    before = (logging.getLogger("torch.onnx").propagate, list(logging.getLogger("torch.onnx").handlers))
+    with caplog.at_level(logging.DEBUG, logger="fxpool.exporters"), _exporter_logs_to_fxpool(("torch.onnx",)):
+        exporter.warning("torchvision is not installed. Skipping torchvision::nms")
+        with pytest.warns(fxpool.FxpoolWarning, match="operator set version 18"):
+            exporter.warning("Setting ONNX exporter to use operator set version 18 because the requested opset_version 11 is lower")
+    relayed = [r.getMessage() for r in caplog.records if r.name == "fxpool.exporters"]
+    assert len(relayed) == 2 and "Skipping torchvision::nms" in relayed[0], relayed
+    assert all(r.levelname == "DEBUG" for r in caplog.records if r.name == "fxpool.exporters")
+    assert (logging.getLogger("torch.onnx").propagate, logging.getLogger("torch.onnx").handlers) == before  # put back
+
+
+def test_export_warns_only_of_pools_the_export_leaves(tmp_path, recwarn) -> None:
+    fxpool.export(_ExportOnlyPool().eval(), torch.randn(1, 3, 10, 10), tmp_path / "m.onnx", dynamo=False)  # lowered at export
+    assert not [w for w in recwarn if issubclass(w.category, fxpool.FxpoolWarning)]
+    with pytest.warns(fxpool.UnconvertedPoolWarning, match="the export leaves to the stock exporter"):
+        with pytest.raises(fxpool.ExportFailedError):  # the warning comes first, the exporter then fails on that pool
+            fxpool.export(IndicesHead().eval(), torch.randn(1, 3, 10, 10), tmp_path / "i.onnx", dynamo=False, verify=False)

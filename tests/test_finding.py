@@ -1,4 +1,4 @@
-"""fxpool.finding: every pool site of a copy, in traced graphs, by module object, or left with its reason."""
+"""fxpool.finding: every pool site of a copy, by module object or by the module whose forward calls it; no trace."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from fxpool.finding import EXPORT_SUFFIX, find_pools
 from fxpool.recording import record_pool_calls
 
 
-def _find(model: nn.Module, x: torch.Tensor, **options):
+def _find(model: nn.Module, x: torch.Tensor):
     recording = record_pool_calls(model, read_example(x))
     copy = structural_copy(model)
-    return copy, find_pools(copy, recording, **options)
+    return copy, find_pools(copy, recording)
 
 
 class Traceable(nn.Module):
@@ -28,24 +28,25 @@ class Traceable(nn.Module):
         return self.pool(x) + F.adaptive_max_pool2d(x, 3)
 
 
-def test_only_the_caller_of_a_functional_pool_is_traced_and_each_pool_node_is_a_site() -> None:
+def test_a_functional_call_is_a_site_of_the_module_whose_forward_makes_it_and_nothing_is_traced() -> None:
     copy, found = _find(nn.Sequential(nn.Conv2d(3, 3, 1), Traceable()), torch.randn(2, 3, 8, 8))
-    assert found.traced_names == ("1",) and not found.untraceable
-    assert [s.location for s in found.sites] == ["1.pool", "1:adaptive_max_pool2d"]
-    assert all(s.node is not None and s.traced is found.traced[0] and s.left is None for s in found.sites)
+    assert found.intercepted == ("1",)
+    assert [s.location for s in found.sites] == ["1.pool", "1:F.adaptive_max_pool2d#0"]
+    pool, call = found.sites
+    assert pool.module is copy[1].pool and pool.hooks_from is copy[1].pool and pool.owner is None
+    assert call.owner is copy[1] and call.size == (8, 8) and call.left is None
     assert [s.events[0].input_shape for s in found.sites] == [(2, 3, 8, 8)] * 2
-    assert found.sites[0].hooks_from is copy[1].pool and found.sites[1].hooks_from is None
 
 
-def test_pool_modules_alone_need_no_trace_and_are_sites_by_object() -> None:
+def test_pool_modules_alone_are_sites_by_object() -> None:
     model = nn.Sequential(nn.Conv2d(3, 3, 1), nn.AdaptiveAvgPool2d(3), nn.Sequential(nn.AdaptiveMaxPool2d(2)))
     copy, found = _find(model, torch.randn(2, 3, 8, 8))
-    assert found.traced == () and found.untraceable == ()
+    assert found.intercepted == ()
     assert [(s.location, s.module) for s in found.sites] == [("1", copy[1]), ("2.0", copy[2][0])]
 
 
 class SharedAtTwoSizes(nn.Module):
-    """One pool module called at two sizes: its caller is traced, so each call gets its own replacement."""
+    """One pool module called at two sizes: each size gets its own replacement."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -56,10 +57,13 @@ class SharedAtTwoSizes(nn.Module):
         return self.pool(x) + self.pool(self.down(x))
 
 
-def test_a_pool_module_called_at_two_sizes_gets_its_caller_traced() -> None:
-    _, found = _find(nn.Sequential(SharedAtTwoSizes()), torch.randn(1, 3, 16, 16))
-    assert found.traced_names == ("0",)
-    assert [(s.location, s.events[0].input_shape[-1]) for s in found.sites] == [("0.pool#0", 16), ("0.pool#1", 8)]
+def test_a_pool_module_called_at_two_sizes_is_one_site_per_size() -> None:
+    copy, found = _find(nn.Sequential(SharedAtTwoSizes()), torch.randn(1, 3, 16, 16))
+    assert found.intercepted == ()
+    assert [(s.location, s.size, s.module is copy[0].pool) for s in found.sites] == [
+        ("0.pool#0", (16, 16), True),
+        ("0.pool#1", (8, 8), True),
+    ]
 
 
 class Untraceable(nn.Module):
@@ -76,44 +80,20 @@ class Untraceable(nn.Module):
         return self.pools[0](x).sum() + self.loose[0](x).sum() + F.adaptive_avg_pool2d(x, 3).sum()
 
 
-def test_untraceable_code_gives_module_sites_by_object_and_leaves_functional_calls_with_the_reason() -> None:
+def test_code_torch_fx_cannot_trace_gives_module_sites_by_object_and_intercepted_functional_calls() -> None:
     copy, found = _find(Untraceable(), torch.randn(1, 3, 9, 9))
-    assert [name for name, _ in found.untraceable] == [""]
     by_location = {s.location: s for s in found.sites}
     assert set(by_location) == {"pools.0", "loose[0]", "<root>:F.adaptive_avg_pool2d#0"}
     assert by_location["pools.0"].module is copy.pools[0] and by_location["loose[0]"].module is copy.loose[0]
     assert by_location["loose[0]"].events[0].output_shape == (1, 3, 2, 2)
-    left = by_location["<root>:F.adaptive_avg_pool2d#0"]
-    assert left.left is not None and "no usable torch.fx graph" in left.left and "TraceError" in left.left
+    call = by_location["<root>:F.adaptive_avg_pool2d#0"]
+    assert call.left is None and call.owner is copy and found.intercepted == ("",)
 
 
-def test_a_refused_trace_is_visited_below_with_its_reason() -> None:
-    _, found = _find(nn.Sequential(nn.Conv2d(3, 3, 1), Traceable()), torch.randn(2, 3, 8, 8), refused_traces={"1": "refused"})
-    assert ("1", "refused") in found.untraceable and found.traced_names == ()
-    assert [(s.location, s.left is None) for s in found.sites] == [("1.pool", True), ("1:F.adaptive_max_pool2d#0", False)]
-
-
-def test_an_export_branch_gives_sites_of_its_own_and_twins_of_the_eager_calls() -> None:
+def test_an_export_branch_gives_sites_of_its_own_for_the_calls_only_it_makes() -> None:
     _, found = _find(nn.Sequential(nn.Conv2d(3, 3, 1), ExportBranch()), torch.randn(1, 3, 10, 10))
-    assert found.traced_names == ("1",)  # the branching module is traced on its own, once per answer
-    (traced,) = found.traced
-    assert traced.export_graph is not None and traced.export_graph.code != traced.graph.code
-    sites = [(s.location, s.export_branch, s.twin) for s in found.sites]
-    assert sites == [
-        ("1.pool", False, None),
-        ("1.pool" + EXPORT_SUFFIX, True, "1.pool"),
-        ("1:interpolate" + EXPORT_SUFFIX, True, None),
-    ]
-
-
-def test_a_module_that_asks_the_export_flag_but_takes_one_path_gets_one_graph() -> None:
-    class Asks(nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            torch.onnx.is_in_onnx_export()
-            return F.adaptive_avg_pool2d(x, 2)
-
-    _, found = _find(Asks(), torch.randn(1, 3, 5, 5))
-    assert found.traced[0].export_graph is None and [s.export_branch for s in found.sites] == [False]
+    sites = [(s.location, s.export_branch, s.call_count) for s in found.sites]
+    assert sites == [("1.pool", False, 1), ("1:F.interpolate(mode='area')#0" + EXPORT_SUFFIX, True, 1)]
 
 
 def test_a_scripted_pool_is_a_left_site_with_its_output_size() -> None:
@@ -145,7 +125,17 @@ class FunctionalBlock(nn.Module):
 def test_a_shared_module_first_reached_where_it_is_never_called_is_still_found_by_its_calls() -> None:
     block = FunctionalBlock()
     model = nn.Sequential(CallsTheSharedBlock(block), block)  # the walk meets it as 0.unused first
-    _, found = _find(model, torch.randn(1, 3, 10, 10))
+    copy, found = _find(model, torch.randn(1, 3, 10, 10))
     pool, functional = found.sites
     assert pool.location == "0.pool" and pool.module is not None
-    assert functional.left is None and functional.node is not None and functional.events[0].output_shape == (1, 3, 3, 3)
+    assert functional.left is None and functional.owner is copy[1] and functional.events[0].output_shape == (1, 3, 3, 3)
+
+
+def test_fxpool_replacements_are_found_as_already_converted() -> None:
+    import fxpool
+
+    x = torch.randn(1, 2, 13, 11)
+    converted = fxpool.convert(nn.Sequential(nn.AdaptiveMaxPool2d((5, 7)), FunctionalBlock()), x)
+    _, found = _find(converted, x)
+    assert [(s.location, s.already is not None) for s in found.sites] == [("0", True), ("1.fxpool_calls.replacements.0", True)]
+    assert all(s.already.startswith("already converted") for s in found.sites)

@@ -102,6 +102,7 @@ def test_the_program_needs_no_fxpool_code_and_no_compiler() -> None:
             assert node.target is operator.getitem or (
                 isinstance(node.target, torch._ops.OpOverload) and node.target.namespace == "aten"
             ), node.format_node()
+    assert not [n.name for n in converted.graph.nodes if n.op == "placeholder" and not n.users]  # no dead constants
     # runs as it is, in eager: no AOTInductor, no torch.compile, no custom op
     torch.testing.assert_close(converted.module()(x), program.module()(x), rtol=0.0, atol=0.0)
 

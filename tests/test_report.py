@@ -60,7 +60,7 @@ def test_table_and_summary_name_every_pool_and_why(report) -> None:
 def test_to_dict_is_json_with_every_record(report) -> None:
     data = json.loads(json.dumps(report.to_dict()))
     assert [r["kind"] for r in data["records"]] == ["kron-matmul", "mean", "AvgPool2d", ""]
-    assert data["traced"] == [] and data["check"]["status"] == "passed"  # pool modules only: nothing traced
+    assert data["intercepted"] == [] and data["check"]["status"] == "passed"  # pool modules only: nothing intercepted
     assert [r["calls"] for r in data["records"]] == [1, 1, 1, 1]
 
 

@@ -193,13 +193,13 @@ def test_a_wrong_replacement_in_the_export_branch_is_caught_by_the_self_check(mo
     monkeypatch.setattr(building, "replacement_module", wrong_in_one_export_branch)
     report = fxpool.explain(PSPNet().eval(), torch.randn(1, 3, 20, 20))
     undone = [r for r in report.records if not r.converted]
-    assert [r.location for r in undone] == ["blocks.2:interpolate@export"], str(report)
+    assert [r.location for r in undone] == ["blocks.2:F.interpolate(mode='area')#0@export"], str(report)
     assert "self-check" in undone[0].reason and not report.stands_alone
     assert "NOT standalone" in report.summary()
 
 
 class FailsUnderExport(nn.Module):
-    """An export branch that cannot run in eager: its pools cannot be recorded, so they are left, loudly."""
+    """An export branch that cannot run in eager: the eager calls are converted, the export stays the model's own."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.onnx.is_in_onnx_export():
@@ -207,13 +207,12 @@ class FailsUnderExport(nn.Module):
         return F.adaptive_avg_pool2d(x, 3)
 
 
-def test_an_export_branch_that_cannot_be_recorded_is_never_traced_away() -> None:
-    model = nn.Sequential(nn.Conv2d(3, 3, 1), FailsUnderExport())
-    report = fxpool.explain(model, torch.randn(1, 3, 10, 10))
-    assert len(report.records) == 1 and not report.records[0].converted, str(report)
-    assert "could not be recorded" in report.records[0].reason
-    with pytest.raises(fxpool.UnconvertedPoolError):
-        fxpool.convert(model, torch.randn(1, 3, 10, 10), strict=True)
+def test_an_export_branch_that_cannot_be_recorded_fails_under_export_as_the_original_does(tmp_path) -> None:
+    model, x = nn.Sequential(nn.Conv2d(3, 3, 1), FailsUnderExport()).eval(), torch.randn(1, 3, 10, 10)
+    converted = fxpool.convert(model, x, strict=True)  # nothing is traced, so nothing of that branch is lost
+    torch.testing.assert_close(converted(x), model(x), rtol=1e-5, atol=1e-6)
+    with pytest.raises(RuntimeError, match="only for the exporter"):
+        torch.onnx.export(converted, (x,), str(tmp_path / "fails.onnx"), dynamo=False)
 
 
 def test_list_held_modules_are_never_run_on_the_callers_model() -> None:
@@ -254,7 +253,7 @@ torch.utils._pytree.register_pytree_node(
 
 
 class ReturnsModelOutput(nn.Module):
-    """Pools functionally, so its forward is traced, and returns a ModelOutput."""
+    """Pools functionally (intercepted at run time) and returns a ModelOutput."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -265,12 +264,12 @@ class ReturnsModelOutput(nn.Module):
         return Output(logits=pooled.flatten(1).sum(1), pooled=pooled)
 
 
-def test_a_model_output_class_survives_the_whole_model_trace() -> None:
+def test_a_model_output_class_survives_conversion() -> None:
     model = ReturnsModelOutput().eval()
     x = torch.randn(1, 3, 10, 10)
     converted = fxpool.convert(model, x, strict=True)
     report = fxpool.report_of(converted)
-    assert report.traced == ("",) and report.check is not None and not report.check.actions, str(report)
+    assert report.intercepted == ("",) and report.check is not None and not report.check.actions, str(report)
     out = converted(x)
     assert type(out) is Output and out.pooled.shape == (1, 4, 3, 3)
     torch.testing.assert_close(out.logits, model(x).logits, rtol=RTOL, atol=ATOL)

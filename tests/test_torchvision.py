@@ -1,4 +1,4 @@
-"""Real torchvision models (weights=None): exact outputs, reports, and untraceable detectors."""
+"""Real torchvision models (weights=None): exact outputs, reports, and detectors torch.fx cannot trace."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import torchvision
 import fxpool
 from fxpool import report_of
 
-# (model, input shape, expected replacement kinds, the modules traced): pool modules are swapped by
-# object, so only a forward that pools functionally is traced
+# (model, input shape, expected replacement kinds, the modules whose forward is intercepted): pool
+# modules are swapped by object, functional calls intercepted in the forward that makes them
 CASES = [
     ("vgg11", (1, 3, 160, 160), {"kron-matmul": 1}, ()),  # 5x5 -> 7x7: the stock exporter rejects it
     ("alexnet", (1, 3, 320, 320), {"kron-matmul": 1}, ()),  # 9x9 -> 6x6
     ("resnet18", (2, 3, 96, 128), {"mean": 1}, ()),
     ("densenet121", (1, 3, 64, 64), {"mean": 1}, ("",)),  # functional F.adaptive_avg_pool2d in its forward
-    ("googlenet", (1, 3, 96, 96), {"mean": 1}, ()),  # its forward reads self.training: never traced
+    ("googlenet", (1, 3, 96, 96), {"mean": 1}, ()),  # its forward reads self.training
     ("mobilenet_v2", (1, 3, 96, 96), {"mean": 1}, ("",)),  # functional
     ("efficientnet_b0", (1, 3, 96, 96), {"mean": 17}, ()),
     ("r3d_18", (1, 3, 4, 56, 56), {"mean": 1}, ()),  # AdaptiveAvgPool3d
@@ -28,14 +28,14 @@ def _build(name: str) -> torch.nn.Module:
     return torchvision.models.get_model(name, weights=None, **kwargs).eval()
 
 
-@pytest.mark.parametrize("name,shape,kinds,traced", CASES, ids=[c[0] for c in CASES])
-def test_torchvision_model_converts_exactly(name: str, shape: tuple, kinds: dict, traced: tuple) -> None:
+@pytest.mark.parametrize("name,shape,kinds,intercepted", CASES, ids=[c[0] for c in CASES])
+def test_torchvision_model_converts_exactly(name: str, shape: tuple, kinds: dict, intercepted: tuple) -> None:
     model = _build(name)
     x = torch.randn(shape)
     converted = fxpool.convert(model, x, strict=True)
     report = report_of(converted)
     assert report.counts() == kinds
-    assert report.traced == traced and report.untraceable == ()
+    assert report.intercepted == intercepted
     with torch.no_grad():
         torch.testing.assert_close(converted(x), model(x), rtol=1e-5, atol=1e-5)
 
@@ -55,8 +55,8 @@ def test_untraceable_detectors_convert_every_pool(name: str) -> None:
     images = [torch.rand(3, 224, 256)]
     converted = fxpool.convert(model, (images,), strict=True)
     report = report_of(converted)
-    # the detector itself does not trace, and need not: its squeeze-excitation blocks pool by module
-    assert report.untraceable == () and report.traced == ()
+    # the detector's squeeze-excitation blocks pool by module
+    assert report.intercepted == ()
     assert len(report.records) == 8 and not report.unconverted
     with torch.no_grad():
         ours, theirs = converted(images), model(images)
