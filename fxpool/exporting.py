@@ -1,16 +1,20 @@
 """ONNX export of converted models: ``export``, the ``onnx_export_hook`` and graph verification.
 
-:func:`export` converts the model, runs ``torch.onnx.export`` with the caller's keyword arguments
+`export` converts the model, runs ``torch.onnx.export`` with the caller's keyword arguments
 passed through unchanged, then (``verify=True``) checks the file and runs it in onnxruntime on the
-example input against the original PyTorch model (:mod:`fxpool.verifying`). A failed check raises
-:class:`~fxpool.errors.ExportVerificationError` and renames the file to ``*.failed``.
+example input against the original PyTorch model (`fxpool.verifying`). A failed check raises
+`ExportVerificationError` and renames the file to ``*.failed``.
 
-:func:`onnx_export_hook` patches ``torch.onnx.export`` so that any call from the thread that
+`onnx_export_hook` patches ``torch.onnx.export`` so that any call from the thread that
 entered it — in scripts the user cannot edit too — exports the converted model; other threads'
 calls pass through unchanged. The patch is undone when the last hook is left, whatever the
 order, on exceptions too.
 
-onnx and onnxruntime are imported only when needed (the ``fxpool[onnx]`` extra).
+onnx, onnxscript and onnxruntime are imported only when needed (the ``fxpool[onnx]`` extra); a
+missing one raises `MissingDependencyError` before any conversion work. An ``opset_version`` the
+exporter would not write as asked raises `UnsupportedOpsetError`, before the export too: the dynamo
+exporter writes opset 18 where it is asked for less. The exporters' log records go to the
+``fxpool.exporters`` logger at DEBUG level, not to the console.
 """
 
 from __future__ import annotations
@@ -30,9 +34,18 @@ from typing import Any, BinaryIO
 import torch
 from torch import nn
 
-from .convert import convert, enforce_strict
+from .convert import convert, enforce_strict, warn_left
 from .copying import structural_copy
-from .errors import ExportFailedError, ExportVerificationError, FxpoolError, SpatialSizeError
+from .errors import (
+    ExportFailedError,
+    ExportVerificationError,
+    FxpoolError,
+    FxpoolWarning,
+    SpatialSizeError,
+    UnconvertedPoolWarning,
+    UnsupportedOpsetError,
+    require,
+)
 from .example import Example, read_example
 from .globalstate import LOCK
 from .report import REPORT_ATTRIBUTE, ConversionReport, report_of
@@ -79,9 +92,15 @@ def export(
     ``example_input`` is ``torch.onnx.export``'s ``args`` and a ``kwargs=`` keyword its
     ``kwargs``, read the same way (a dict ending ``args`` holds the keyword arguments). ``f`` is a
     path or, as for ``torch.onnx.export``, a binary file object, written only once the graph verifies.
-    ``quantizable`` is :func:`~fxpool.convert`'s. :attr:`ExportResult.pool_nodes` names the ONNX nodes
+    ``quantizable`` is `convert`'s. `ExportResult.pool_nodes` names the ONNX nodes
     each replacement became (for a quantizer's list of nodes to keep in float, say).
+
+    Before any conversion work, the exporter's and the verification's packages are imported (a missing
+    one raises `MissingDependencyError` with the ``pip install`` line) and ``opset_version`` is checked
+    against what the chosen exporter writes (`UnsupportedOpsetError`; see `supported_opsets`).
     """
+    require_export_dependencies(kwargs, verify, "fxpool.export")
+    check_opset(kwargs)
     example = read_example(example_input, kwargs.pop("kwargs", None))
     train = _exports_in_train_mode(model, kwargs)
     if train and verify:
@@ -90,9 +109,7 @@ def export(
             "batch statistics make onnxruntime and PyTorch disagree by design; pass verify=False"
         )
     reference = structural_copy(model, clone_buffers=True).train(train)
-    converted = convert(reference, example, dynamic=dynamic, quantizable=quantizable)
-    if strict:
-        enforce_strict(report_of(converted), for_export=True)
+    converted = _convert_for_export(reference, example, dynamic, quantizable, strict)
     refuse_dynamic_spatial_axes_for(converted, kwargs)
     if hasattr(f, "write"):  # a file object, as torch.onnx.export takes: export and verify a file, then copy it
         with tempfile.TemporaryDirectory() as folder:
@@ -111,6 +128,18 @@ def export(
     return _export_file(converted, reference, example, path, verify, rtol, atol, kwargs)
 
 
+def _convert_for_export(model: nn.Module, example: Example, dynamic: bool, quantizable: bool, strict: bool) -> nn.Module:
+    """``convert``, judged as the export will be: pools the export lowers exactly are neither refused nor warned of."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnconvertedPoolWarning)  # said below, for the pools the export leaves
+        converted = convert(model, example, dynamic=dynamic, quantizable=quantizable)
+    if strict:
+        enforce_strict(report_of(converted), for_export=True)
+    else:
+        warn_left(report_of(converted), for_export=True, stacklevel=4)
+    return converted
+
+
 def _export_file(
     converted: nn.Module,
     reference: nn.Module,
@@ -123,7 +152,7 @@ def _export_file(
 ) -> ExportResult:
     kwargs.setdefault("verbose", False)  # the dynamo exporter prints its progress unless told not to
     try:
-        with warnings.catch_warnings(), _quiet_loggers(_EXPORTER_LOGGERS):  # the exporters' notices on every call
+        with warnings.catch_warnings(), _exporter_logs_to_fxpool(_EXPORTER_LOGGERS):  # the exporters' notices on every call
             warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
             warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export", category=DeprecationWarning)
             # Keyword arguments as a trailing dict: both exporters read it so, and it keeps a dict that
@@ -133,6 +162,7 @@ def _export_file(
         raise
     except Exception as error:  # the exporters' errors have no common base class
         raise ExportFailedError(export_failure(error, report_of(converted))) from error
+    check_written_opset(path, kwargs.get("opset_version"))
     histogram, nodes = op_histogram(path), pool_nodes(path, converted)
     if not verify:
         return ExportResult(path, report_of(converted), histogram, None, None, pool_nodes=nodes)
@@ -169,21 +199,109 @@ def pool_nodes(path: str, converted: nn.Module) -> dict[str, tuple[str, ...]]:
 
 
 # Loggers the exporters warn through on every successful export (e.g. "torchvision is not
-# installed. Skipping torchvision::nms"); errors still show.
+# installed. Skipping torchvision::nms"): their records go to fxpool's log, not the console.
 _EXPORTER_LOGGERS = ("torch.onnx", "torch.export", "torch._export", "onnxscript")
+# Exporter log lines that say the exporter did other than it was asked: these reach the caller as warnings.
+_CHANGES_THE_REQUEST = (re.compile(r"operator set version|opset version", re.IGNORECASE),)
+exporter_log = logging.getLogger("fxpool.exporters")
+
+
+class _Relay(logging.Handler):
+    """Re-logs an exporter's record on ``fxpool.exporters`` at DEBUG; one that changes the request also warns."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        exporter_log.debug("%s: %s: %s", record.name, record.levelname, message)
+        if record.levelno >= logging.WARNING and any(pattern.search(message) for pattern in _CHANGES_THE_REQUEST):
+            warnings.warn(f"the exporter ({record.name}) says: {message}", FxpoolWarning, stacklevel=2)
 
 
 @contextmanager
-def _quiet_loggers(names: tuple[str, ...]) -> Iterator[None]:
+def _exporter_logs_to_fxpool(names: tuple[str, ...]) -> Iterator[None]:
+    """While inside, the named loggers' records go to ``fxpool.exporters`` (DEBUG) instead of their handlers."""
     loggers = [logging.getLogger(name) for name in names]
-    levels = [logger.level for logger in loggers]
+    saved = [(logger.propagate, logger.handlers[:]) for logger in loggers]
+    relay = _Relay()
     for logger in loggers:
-        logger.setLevel(max(logger.getEffectiveLevel(), logging.ERROR))
+        logger.propagate = False
+        logger.handlers = [relay]
     try:
         yield
     finally:
-        for logger, level in zip(loggers, levels):
-            logger.setLevel(level)
+        for logger, (propagate, handlers) in zip(loggers, saved):
+            logger.propagate = propagate
+            logger.handlers = handlers
+
+
+def require_export_dependencies(kwargs: dict[str, Any], verify: bool, who: str) -> None:
+    """Import what an export with these ``torch.onnx.export`` keyword arguments needs, or raise
+    `MissingDependencyError` naming the module and the ``pip install`` line."""
+    dynamo = kwargs.get("dynamo", True) is not False
+    exporter = "with dynamo=True (the default)" if dynamo else "with dynamo=False"
+    require("onnx", f"{who} {exporter}")
+    if dynamo:
+        require("onnxscript", f"{who} {exporter}")
+    if verify:
+        require("onnxruntime", f"{who} with verify=True (pass verify=False, or --no-verify, to export unverified)")
+
+
+def supported_opsets(dynamo: bool) -> tuple[int, int]:
+    """The lowest and highest ONNX opset the exporter writes as asked, with the torch and onnx installed.
+
+    The TorchScript exporter writes opsets 7 to 20 (torch 2.14; above 20 it warns and writes opset 20's
+    ops under the higher number). The dynamo exporter builds opset 18 and converts it to the opset asked
+    for, up to the newest the installed onnx knows; below 18 it writes 18 (it only logs that it did).
+    """
+    if not dynamo:
+        from torch.onnx import _constants
+
+        return _constants.ONNX_MIN_OPSET, _constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET
+    import onnx
+
+    try:
+        from torch.onnx._internal.exporter._constants import TORCHLIB_OPSET as lowest
+    except ImportError:  # a torch that moved it: the value of 2.9 to 2.14
+        lowest = 18
+    return lowest, onnx.defs.onnx_opset_version()
+
+
+def check_opset(kwargs: dict[str, Any]) -> None:
+    """Raise `UnsupportedOpsetError` if ``kwargs["opset_version"]`` is outside what the chosen exporter writes."""
+    opset = kwargs.get("opset_version")
+    if opset is None:
+        return
+    dynamo = kwargs.get("dynamo", True) is not False
+    lowest, highest = supported_opsets(dynamo)
+    if lowest <= opset <= highest:
+        return
+    if dynamo:
+        other_low, other_high = supported_opsets(False)
+        way_out = (
+            f"ask for {lowest} to {highest}, or use the TorchScript exporter (dynamo=False, --exporter torchscript), "
+            f"which writes opsets {other_low} to {other_high}"
+        )
+        if opset < lowest:
+            way_out += f"; asked for {opset}, the dynamo exporter would write opset {lowest} instead"
+    else:
+        way_out = f"ask for {lowest} to {highest}, or use the dynamo exporter (dynamo=True), which writes opsets 18 and up"
+    exporter = "dynamo" if dynamo else "TorchScript"
+    raise UnsupportedOpsetError(f"opset_version={opset}: the {exporter} exporter writes opsets {lowest} to {highest}; {way_out}")
+
+
+def check_written_opset(path: str, requested: int | None) -> None:
+    """Raise `UnsupportedOpsetError` (the file moved to ``*.failed``) if the graph is not of the opset asked for."""
+    if requested is None:
+        return
+    import onnx
+
+    model = onnx.load(path, load_external_data=False)
+    written = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if written is not None and written != requested:
+        os.replace(path, path + ".failed")
+        raise UnsupportedOpsetError(
+            f"opset_version={requested}: the exporter wrote opset {written} instead (the graph is in {path}.failed); "
+            f"ask for opset {written}, or another exporter"
+        )
 
 
 def exporter_reason(error: BaseException) -> str:
@@ -302,10 +420,12 @@ def _hooked_export(model: Any, args: Any = (), f: Any = None, *rest: Any, **kwar
     if not active:
         return original(model, args, f, *rest, **kwargs)
     options = active[-1]
+    require_export_dependencies(kwargs, False, "torch.onnx.export under fxpool.onnx_export_hook")
+    check_opset(kwargs)
     if isinstance(model, nn.Module) and not hasattr(model, REPORT_ATTRIBUTE):
-        model = convert(model, read_example(args, kwargs.get("kwargs")), dynamic=options.dynamic, quantizable=options.quantizable)
-        if options.strict:
-            enforce_strict(report_of(model), for_export=True)
+        model = _convert_for_export(
+            model, read_example(args, kwargs.get("kwargs")), options.dynamic, options.quantizable, options.strict
+        )
     report = getattr(model, REPORT_ATTRIBUTE, None)
     if isinstance(model, nn.Module) and report is not None:
         refuse_dynamic_spatial_axes_for(model, kwargs)
