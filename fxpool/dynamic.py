@@ -11,7 +11,8 @@ when ``(j + 1) * o > i * L`` and ``j * o < (i + 1) * L``: PyTorch's window
 - :class:`DynamicAdaptiveMaxPool` selects each window's entries with the mask (``Where``) and takes
   their maximum, one axis at a time, last axis first (so a tie's gradient lands where PyTorch's
   does, the first maximum in row-major order). It exports as Shape, Range, Mul, Add, Less/Greater,
-  And, Where and ReduceMax, with a Gather of each window's first entry in eager and under
+  And, Where and ReduceMax (and IsNaN, ReduceMax of the window's NaN flags, Where: onnxruntime's ReduceMax
+  skips NaN), with a Gather of each window's first entry in eager and under
   ``torch.fx``: masked entries take that value rather than ``-inf``, so a window of ``-inf`` sends
   its gradient to its first entry, as PyTorch does. The mask makes an ``o``-times larger
   intermediate per axis, the price of one graph for every size.
@@ -113,7 +114,10 @@ class DynamicAdaptiveMaxPool(_DynamicPool):
             mask = runtime_window_mask(x.shape[dim], out_size, x.device)  # (o, L)
             rows = x.movedim(dim, last).unsqueeze(-2)  # (..., 1, L)
             if exporting:  # values only: -inf outside the window, one ReduceMax
-                x = torch.where(mask, rows, float("-inf")).amax(-1).movedim(last, dim)
+                maxima = torch.where(mask, rows, float("-inf")).amax(-1)
+                # onnxruntime's ReduceMax skips NaN, PyTorch's pools return it: a window holding one is NaN
+                holds_nan = (mask & torch.isnan(rows)).any(-1)
+                x = torch.where(holds_nan, float("nan"), maxima).movedim(last, dim)
                 continue
             first = torch.index_select(x, dim, runtime_window_starts(x.shape[dim], out_size, x.device))
             outside = first.movedim(dim, last).unsqueeze(-1)  # (..., o, 1): each window's first entry

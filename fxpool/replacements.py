@@ -37,6 +37,7 @@ from .planning import (
     PoolStep,
     ReduceStep,
     SlidingWindowStep,
+    SpatialLayoutStep,
     UpsampleStep,
     WindowGatherStep,
     WindowMaxStep,
@@ -96,6 +97,14 @@ def window_maxima(x: torch.Tensor, dim: int, gathers: Sequence[torch.Tensor]) ->
     for indices in gathers[1:]:
         result = torch.maximum(result, torch.index_select(x, dim, indices))
     return result
+
+
+def move_spatial_axes(x: torch.Tensor, dims: int, first: bool) -> torch.Tensor:
+    """The ``dims`` trailing spatial axes moved in front of the others (``first``), or the leading ones
+    moved back behind them, contiguous: one Transpose in ONNX."""
+    rank = x.dim()
+    lead = rank - dims if first else dims
+    return x.permute(list(range(lead, rank)) + list(range(lead))).contiguous()
 
 
 def window_scales(in_size: int, out_size: int, span: int) -> torch.Tensor:
@@ -304,16 +313,14 @@ class ExactAdaptivePool(nn.Module):
         eager = isinstance(x, torch.Tensor) and not _exporting()  # not a Proxy, nothing traces
         if eager and self.runs_native_in_eager:
             return self._native(x)
-        guarded = not eager and torch.jit.is_tracing() and any(e is not None for e in self.expected_sizes)
-        if guarded and not torch.onnx.is_in_onnx_export():
-            x = traced_size_check(x, self.expected_sizes, self.location)
+        if not eager and torch.jit.is_tracing() and any(e is not None for e in self.expected_sizes):
+            if torch.onnx.is_in_onnx_export():
+                x = onnx_size_guard(x, self.expected_sizes)
+            else:
+                x = traced_size_check(x, self.expected_sizes, self.location)
         if not eager and self.plan.onnx_steps and torch.onnx.is_in_onnx_export():
-            y = self._run_onnx_steps(x)
-        else:
-            y = self._run(x, eager)
-        if guarded and torch.onnx.is_in_onnx_export():
-            y = onnx_size_guard(x, y, self.expected_sizes)
-        return y
+            return self._run_onnx_steps(x)
+        return self._run(x, eager)
 
     def _native(self, x: torch.Tensor) -> torch.Tensor:
         """PyTorch's own adaptive pool this module stands for."""
@@ -391,10 +398,14 @@ class ExactAdaptivePool(nn.Module):
         Values only (ONNX graphs are for inference), exact in every dtype: a maximum rounds nothing.
         """
         source, dims = x, self.plan.spatial_dims
+        spatial_first = False
         for index, step in enumerate(self.plan.onnx_steps):
             if isinstance(step, WindowMaxStep):
                 gathers = [getattr(self, f"indices_onnx_{index}_{j}") for j in range(step.span)]
-                x = window_maxima(x, step.axis - dims, gathers)
+                x = window_maxima(x, step.axis if spatial_first else step.axis - dims, gathers)
+            elif isinstance(step, SpatialLayoutStep):
+                x = move_spatial_axes(x, dims, step.spatial_first)
+                spatial_first = step.spatial_first
             elif isinstance(step, UpsampleStep):
                 x = _upsample(x, step, self.batched)
             else:
@@ -486,22 +497,19 @@ def _check_sizes_scripted(x: torch.Tensor, expected: list[int], location: str) -
     return x
 
 
-def onnx_size_guard(x: torch.Tensor, y: torch.Tensor, expected: tuple[int | None, ...]) -> torch.Tensor:
-    """``y``, tied to a check that ``x`` has the spatial sizes the graph was exported for.
+def onnx_size_guard(x: torch.Tensor, expected: tuple[int | None, ...]) -> torch.Tensor:
+    """``x`` reshaped to its own shape with the guarded spatial axes as constants: in an ONNX graph whose
+    spatial axes were made dynamic (``dynamic_axes``), a Reshape that fails, naming both shapes, at an
+    input whose element count differs from the one the graph was exported for.
 
-    Per guarded axis, a constant of the traced length is reshaped to the input's length (an ONNX
-    Reshape that fails at any other length, naming both shapes); the checks' zero sum is subtracted
-    from ``y`` (``y - 0`` is ``y`` bit for bit, signed zeros and NaN included) so no runtime prunes them.
-    With static input axes the exporter folds it all to a constant: the runtime then checks the input's
-    declared shape itself.
+    It rides on the data path, where no runtime optimizer can drop it (onnxruntime folds away a check
+    on the side, as a Reshape of a constant to the input's length). A size change that keeps the count
+    (13x11 to 11x13) passes it; the windows are then the exported ones. With static input axes the
+    runtime checks the input's declared shape itself.
     """
     dims = len(expected)
-    checks = [
-        torch.zeros(size, dtype=y.dtype).reshape(x.shape[axis - dims]).sum()
-        for axis, size in enumerate(expected)
-        if size is not None
-    ]
-    return y - torch.stack(checks).sum()
+    sizes = [x.shape[axis - dims] if size is None else size for axis, size in enumerate(expected)]
+    return x.reshape(tuple(x.shape[: x.dim() - dims]) + tuple(sizes))
 
 
 _TRACED_FORMS = threading.local()
