@@ -6,14 +6,14 @@ The conversion is a short pipeline, each stage a function of the previous one's 
    records every pool call with its input and output sizes, and the model's output (twice where
    the model asks ``torch.onnx.is_in_onnx_export()``: once per answer);
 1. **find** (:func:`~fxpool.finding.find_pools`): on a copy of the module tree over the same
-   tensors (:func:`~fxpool.copying.structural_copy`), every pool call site, in traced graphs where
-   torch.fx traces, as module objects or untraceable calls where it does not;
+   tensors (:func:`~fxpool.copying.structural_copy`), every pool call site: pool modules by object,
+   functional calls by the module whose forward makes them (intercepted at run time, no trace);
 2. **decide** (:func:`~fxpool.deciding.decide`): planning's one decision per site, and its record;
 3. **build** (:func:`~fxpool.building.build`): the replacement modules, put in place;
 4. **check** (:func:`~fxpool.checking.self_check`): the result run once on the example, each
    replacement against the native pool on its own input, the whole model against the recording.
-   What disagrees is undone (:class:`_Undo`: a replacement, or a whole-graph trace, converted
-   below instead) and the pipeline runs again from a fresh copy.
+   What disagrees is undone (:class:`_Undo`: a replacement) and the pipeline runs again from a
+   fresh copy.
 
 Every decision becomes a :class:`~fxpool.report.PoolRecord`; the check is in the report too.
 """
@@ -43,7 +43,7 @@ from .recording import Recording, record_pool_calls
 from .report import REPORT_ATTRIBUTE, ConversionReport, attach_report, report_of
 
 # A conversion that fails its self-check is redone with what failed undone; each round undoes at
-# least one replacement or one level of tracing, so this bounds only pathological models.
+# least one replacement, so this bounds only pathological models.
 MAX_CHECK_ROUNDS = 16
 
 log = logging.getLogger("fxpool")  # what convert decides: DEBUG one record per pool, INFO the outcome
@@ -232,7 +232,7 @@ class _Round:
 
     def report(self) -> ConversionReport:
         records = tuple(d.record for d in self.decisions if d.record is not None)
-        return ConversionReport(records, self.found.traced_names, self.found.untraceable, self.check)
+        return ConversionReport(records, self.found.intercepted, check=self.check)
 
 
 def _convert(model: nn.Module, example: Example, dynamic: bool, quantizable: bool = False) -> tuple[nn.Module, ConversionReport]:
@@ -244,7 +244,13 @@ def _convert(model: nn.Module, example: Example, dynamic: bool, quantizable: boo
         )
     if not isinstance(model, nn.Module):
         raise TypeError(f"fxpool.convert needs an nn.Module, got {type(model).__name__}")
-    # The example runs fork the global RNGs and torch.fx patches nn.Module while it traces: one lock.
+    if isinstance(model, torch._dynamo.eval_frame.OptimizedModule):
+        raise UnsupportedModelError(
+            f"fxpool.convert got a torch.compile'd model (OptimizedModule wrapping {type(model._orig_mod).__name__}); "
+            f"compiled code cannot be run op by op to find its pools. Convert the module it wraps, then compile the "
+            f"result with your settings: torch.compile(fxpool.convert(model._orig_mod, example), ...)"
+        )
+    # The example runs fork the global random generators: one lock.
     with LOCK:
         recording = record_pool_calls(model, example)
         fallback_device = _fallback_device(model)
@@ -254,7 +260,7 @@ def _convert(model: nn.Module, example: Example, dynamic: bool, quantizable: boo
         for _ in range(MAX_CHECK_ROUNDS):
             applied = tuple(undo.actions)
             copy = structural_copy(model)
-            found = find_pools(copy, recording, refused_traces=undo.traces)
+            found = find_pools(copy, recording)
             decisions = tuple(decide(site, dynamic=dynamic, undone=undo.replacements.get(site.location)) for site in found.sites)
             built = build(copy, found, decisions, fallback_device, quantizable)
             check = _check(built.root, example, recording) if built.changed else _unchanged_check(undone=bool(applied))
@@ -275,14 +281,6 @@ def _convert(model: nn.Module, example: Example, dynamic: bool, quantizable: boo
                 break  # nothing left to undo: the last conversion stands, its check says failed
     report = result.report()
     _log_decisions(report)
-    previous = getattr(model, REPORT_ATTRIBUTE, None)
-    if isinstance(previous, ConversionReport):  # converting a converted model: what was done before stays on record
-        report = ConversionReport(
-            previous.records + report.records,
-            previous.traced + report.traced,
-            previous.untraceable + report.untraceable,
-            report.check,
-        )
     return result.converted, report
 
 
@@ -323,10 +321,9 @@ def _fallback_device(model: nn.Module) -> torch.device:
 
 @dataclass
 class _Undo:
-    """What earlier rounds of the self-check refused: replacements by location, traces by module name."""
+    """What earlier rounds of the self-check refused: replacements by location."""
 
     replacements: dict[str, str] = field(default_factory=dict)
-    traces: dict[str, str] = field(default_factory=dict)
     actions: list[str] = field(default_factory=list)
 
     def learn(self, check: SelfCheck, result: _Round) -> bool:
@@ -340,26 +337,14 @@ class _Undo:
                 self.replacements[failed.location] = why
                 self.actions.append(f"{failed.location}: {why}")
             return True
-        blamed = [name for name in result.found.traced_names if name not in self.traces]
-        if not blamed:
-            # Nothing pins the mismatch down: undo every replacement left, so that what is returned
-            # is the original's function rather than a conversion known to differ.
-            left = [d.site.location for d in result.decisions if d.replaced and d.site.location not in self.replacements]
-            for location in left:
-                why = (
-                    f"self-check: the converted model differed from the original ({check.mismatch}) and no "
-                    f"single replacement or trace could be blamed, so every replacement was undone"
-                )
-                self.replacements[location] = why
-                self.actions.append(f"{location}: {why}")
-            return bool(left)
-        outermost = min(name.count(".") + bool(name) for name in blamed)
-        for name in blamed:
-            if name.count(".") + bool(name) == outermost:
-                why = (
-                    f"self-check: traced as one graph, the model's output differed from the original "
-                    f"({check.mismatch}), so it was converted below instead"
-                )
-                self.traces[name] = why
-                self.actions.append(f"{name or '<root>'}: {why}")
-        return True
+        # Nothing pins the mismatch down: undo every replacement left, so that what is returned
+        # is the original's function rather than a conversion known to differ.
+        left = [d.site.location for d in result.decisions if d.replaced and d.site.location not in self.replacements]
+        for location in left:
+            why = (
+                f"self-check: the converted model differed from the original ({check.mismatch}) and no "
+                f"single replacement could be blamed, so every replacement was undone"
+            )
+            self.replacements[location] = why
+            self.actions.append(f"{location}: {why}")
+        return bool(left)
