@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from math import prod
 from typing import Literal, get_args
 
 from .windows import uniform_stride, upsample_factor, window_lengths
@@ -66,6 +67,14 @@ DecisionAction = Literal["exact", "dynamic", "left"]
 # and one ReduceMean per window cost little; beyond that the windows are gathered, zero-padded.
 SLIDING_MAX_LENGTH = 5
 SLICES_MAX_WINDOWS = 128
+# The max family's ONNX form (window maxima) moves the spatial axes in front of the others where its
+# last-axis gathers would copy at least this many entries one by one per input entry
+# (:func:`last_axis_copies`). Fitted to onnxruntime, one thread, both layouts timed side by side as
+# prototypes (issue 38's closing report): spatial axes first won at 10x10->7x7 (1.47 copies: 2.0 ms
+# against 7.6), 1d 1000->101 (1.11: 3.4 against 7.1) and lost at 25x25->7x7 (0.39: 7.3 against 2.7) and
+# 33x33->6x6 (0.23: 3.4 against 1.5). Checked by ``python -m model_zoo_checks.benchmarks --sections pools
+# --cases max`` (10->7: 0.12x OpenVINO's native op, against 0.24x in the layout of the input).
+SPATIAL_FIRST_MIN_COPIES = 0.5
 
 
 def axis_names(spatial_dims: int) -> tuple[str, ...]:
@@ -161,6 +170,18 @@ class WindowMaxStep:
 
 
 @dataclass(frozen=True)
+class SpatialLayoutStep:
+    """Move the spatial axes in front of the batch and channel axes (``spatial_first``), or back after.
+
+    In front, a gather along a spatial axis copies whole blocks of every batch and channel; after the
+    pool, back in their place (the result contiguous). :class:`WindowMaxStep` between the two names its
+    axis as ever; the executor knows where it lies.
+    """
+
+    spatial_first: bool
+
+
+@dataclass(frozen=True)
 class WindowScaleStep:
     """Multiply output ``i`` along one axis by ``span / length_i`` (after a zero-padded gather and AvgPool)."""
 
@@ -182,7 +203,15 @@ class UpsampleStep:
 
 
 Step = (
-    PoolStep | ReduceStep | SlidingWindowStep | WindowSlicesStep | WindowGatherStep | WindowMaxStep | WindowScaleStep | UpsampleStep
+    PoolStep
+    | ReduceStep
+    | SlidingWindowStep
+    | WindowSlicesStep
+    | WindowGatherStep
+    | WindowMaxStep
+    | SpatialLayoutStep
+    | WindowScaleStep
+    | UpsampleStep
 )
 
 
@@ -255,6 +284,7 @@ def _step_kind(step: Step, spatial_dims: int) -> str:
         WindowSlicesStep: "slices",
         WindowGatherStep: "gather",
         WindowMaxStep: "window-max",
+        SpatialLayoutStep: "transpose",
         WindowScaleStep: "scale",
         UpsampleStep: "nearest",
     }
@@ -279,6 +309,8 @@ def _describe_step(step: Step, spatial_dims: int) -> str:
         return f"gather {names[step.axis]} {step.in_size}->{step.out_size}x{step.span}{padding}"
     if isinstance(step, WindowMaxStep):
         return f"window-max {names[step.axis]} {step.in_size}->{step.out_size} ({step.span} gathers, Max)"
+    if isinstance(step, SpatialLayoutStep):
+        return "spatial axes first" if step.spatial_first else "spatial axes back"
     if isinstance(step, WindowScaleStep):
         return f"scale {names[step.axis]} by {step.span}/window length"
     return f"nearest upsample to {_fmt(step.sizes)}"
@@ -439,15 +471,19 @@ def onnx_max_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[St
     Why not ``steps`` (each window gathered, padded to the longest, then one MaxPool): onnxruntime runs
     that 1.2-2.2x slower than OpenVINO's native AdaptiveMaxPool, and its MaxPool skips NaN where
     PyTorch's pools return NaN. The window maxima as elementwise Max of constant-index gathers are exact
-    with NaN and ±inf, and measured 0.25-0.6x OpenVINO's native op at one onnxruntime thread (8x512
-    10->7, 1x512 64->6 and 33->6, 2x256 100x60->6, 3d 2x64 9x10x11->4x3x7; see docs/results/benchmarks.md).
+    with NaN and ±inf, and measured 0.05-0.75x OpenVINO's native op at one and two onnxruntime threads
+    (the max cases of ``python -m model_zoo_checks.benchmarks --sections pools``: 8x512 10->7, 1x512 64->6
+    and 33->6, 2x256 100x60->6, 4x256 25->7, 1d 8x64 1000->101, 3d 2x64 9x10x11->4x3x7; see
+    docs/results/benchmarks.md), 1.4-11x faster than the gather graph but for 100x60->6 (0.9-1.1x).
     Forms measured and not taken: a sliding MaxPool (stride 1) of the shortest window length, then two
     gathers of its result and a Max per axis (as fast on some cases, 2.4x slower on 100x60, and NaN-exact
     only with a NaN count per window beside it, which made it 1.3-3.3x slower); the same with the input
-    moved channels-last first (faster on small planes, 1.6x slower on 64x64). Outer axes go first:
+    moved channels-last first (faster on small planes, 1.6x slower on 64x64); the window maxima with
+    the spatial axes moved first is taken where it wins (:func:`prefer_spatial_first`). Outer axes go first:
     their gathers copy whole rows, and the last axis's element by element then reads the shrunk tensor.
     Only forward values: ONNX graphs are for inference; ``torch.export`` keeps ``steps``, whose gradient
-    goes to the first maximum in row-major order as PyTorch's does.
+    goes to the first maximum in row-major order as PyTorch's does. Where :func:`prefer_spatial_first`
+    says so, the spatial axes are moved in front first (:class:`SpatialLayoutStep`) and back after.
     """
     if family != "max" or not any(axis.kind == "gather" for axis in axes):
         return ()
@@ -456,9 +492,31 @@ def onnx_max_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[St
         for i, axis in enumerate(axes)
         if axis.kind in ("gather", "pool", "reduce")
     ]
+    if prefer_spatial_first(axes):
+        steps = [SpatialLayoutStep(True), *steps, SpatialLayoutStep(False)]
     if any(axis.kind == "upsample" for axis in axes):
         steps.append(UpsampleStep(tuple(None if axis.follows_input else axis.out_size for axis in axes)))
     return tuple(steps)
+
+
+def last_axis_copies(axes: tuple[AxisChoice, ...]) -> float:
+    """Entries the window-max form copies one by one along the last spatial axis, per input entry.
+
+    In the input's layout a gather along the last axis copies single entries: ``span * out`` per row
+    of the tensor the earlier axes have shrunk. The other axes' gathers copy whole rows.
+    """
+    last = axes[-1]
+    if last.kind not in ("gather", "pool", "reduce"):
+        return 0.0
+    rows = prod(a.out_size if a.kind in ("gather", "pool", "reduce") else a.in_size for a in axes[:-1])
+    span = window_lengths(last.in_size, last.out_size)[-1]
+    return span * last.out_size * rows / prod(a.in_size for a in axes)
+
+
+def prefer_spatial_first(axes: tuple[AxisChoice, ...]) -> bool:
+    """The documented cost rule: move the spatial axes in front (two Transposes) where the window-max form
+    would otherwise copy at least :data:`SPATIAL_FIRST_MIN_COPIES` entries one by one per input entry."""
+    return last_axis_copies(axes) >= SPATIAL_FIRST_MIN_COPIES
 
 
 def _steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]:

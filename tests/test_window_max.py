@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import fxpool
-from fxpool.planning import WindowMaxStep, choose_plan
+from fxpool.planning import SPATIAL_FIRST_MIN_COPIES, SpatialLayoutStep, WindowMaxStep, choose_plan, last_axis_copies
 from fxpool.replacements import ExactAdaptivePool, window_max_indices
 from fxpool.windows import window_bounds
 
@@ -61,6 +61,17 @@ def test_only_max_plans_with_a_general_axis_get_an_onnx_form() -> None:
     assert plan.describe_onnx() == "window-max D 100->6 (18 gathers, Max) -> window-max H 60->6 (10 gathers, Max)"
     upsampled = choose_plan("max", (4, 8), (6, 16))
     assert [type(step).__name__ for step in upsampled.onnx_steps] == ["WindowMaxStep", "UpsampleStep"]
+
+
+def test_the_spatial_axes_go_first_where_the_last_axis_would_copy_entries_one_by_one() -> None:
+    small = choose_plan("max", (10, 10), (7, 7))  # 3 * 7 * 7 / 100 = 1.47 entries copied singly per input entry
+    assert last_axis_copies(small.axes) == pytest.approx(1.47)
+    assert small.onnx_steps[0] == SpatialLayoutStep(True) and small.onnx_steps[-1] == SpatialLayoutStep(False)
+    large = choose_plan("max", (25, 25), (7, 7))  # 5 * 7 * 7 / 625 = 0.39
+    assert last_axis_copies(large.axes) < SPATIAL_FIRST_MIN_COPIES <= last_axis_copies(small.axes)
+    assert not any(isinstance(step, SpatialLayoutStep) for step in large.onnx_steps)
+    upsampled = choose_plan("max", (4, 8), (6, 16))  # the last axis is upsampled, not gathered
+    assert last_axis_copies(upsampled.axes) == 0 and not any(isinstance(s, SpatialLayoutStep) for s in upsampled.onnx_steps)
 
 
 @pytest.mark.parametrize("in_size", range(1, 13))
