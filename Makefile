@@ -11,7 +11,7 @@ RT_STAMP := $(RT_VENV)/.installed
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -qq -c constraints.txt -e '.[test,zoo,crosscheck,timm,smp,transformers,monai,dev,docs]'
+	$(PY) -m pip install -qq -c constraints.txt -e '.[test,zoo,crosscheck,timm,smp,transformers,monai,thirdparty,dev,docs]'
 	touch $(STAMP)
 
 zoo: $(STAMP)  ## the main job: the model-zoo sweep on the default set

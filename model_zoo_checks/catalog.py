@@ -1,10 +1,11 @@
 """Which models the zoo sweep runs, how each is built, and at which input shapes.
 
-Five suites: ``torchvision`` (plain names, ``alexnet``), ``timm`` (``timm/NAME``, see
+Six suites: ``torchvision`` (plain names, ``alexnet``), ``timm`` (``timm/NAME``, see
 :mod:`model_zoo_checks.timm_suite`), ``smp`` (``smp/ARCH-ENCODER``, see
 :mod:`model_zoo_checks.smp_suite`), ``transformers`` (``hf/MODEL_TYPE``, see
-:mod:`model_zoo_checks.transformers_suite`) and ``monai`` (``monai/NAME``, see
-:mod:`model_zoo_checks.monai_suite`); all but torchvision are optional installs. Each suite module
+:mod:`model_zoo_checks.transformers_suite`), ``monai`` (``monai/NAME``, see
+:mod:`model_zoo_checks.monai_suite`) and ``thirdparty`` (``thirdparty/LIBRARY-MODEL``, see
+:mod:`model_zoo_checks.thirdparty_suite`); all but torchvision are optional installs. Each suite module
 gives ``names()``, ``shapes(name, sizes)``, ``build(name, shape)`` and its ``DEFAULT`` names.
 
 In torchvision, discovery is by inspection: a model is swept when one of its modules is an adaptive pool or the
@@ -28,17 +29,24 @@ from torch import nn
 from fxpool.calls import describe_module
 from fxpool.loading import build_torchvision
 
-from . import monai_suite, smp_suite, timm_suite, transformers_suite
+from . import monai_suite, smp_suite, thirdparty_suite, timm_suite, transformers_suite
 
-SUITES = ("torchvision", "timm", "smp", "transformers", "monai")
+SUITES = ("torchvision", "timm", "smp", "transformers", "monai", "thirdparty")
 SUITE_PACKAGES = {
     "torchvision": "torchvision",
     "timm": "timm",
     "smp": "segmentation_models_pytorch",
     "transformers": "transformers",
     "monai": "monai",
+    "thirdparty": "efficientnet_pytorch",  # the suite's first library; its other models need their own
 }
-SUITE_MODULES: dict[str, Any] = {"timm": timm_suite, "smp": smp_suite, "transformers": transformers_suite, "monai": monai_suite}
+SUITE_MODULES: dict[str, Any] = {
+    "timm": timm_suite,
+    "smp": smp_suite,
+    "transformers": transformers_suite,
+    "monai": monai_suite,
+    "thirdparty": thirdparty_suite,
+}
 TORCHVISION_DEFAULT = (
     "alexnet",
     "vgg11",
