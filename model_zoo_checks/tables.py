@@ -212,54 +212,51 @@ def _over(row: dict[str, Any], a: str, b: str, spec: str = ".2f") -> str:
 
 def runtime_markdown(cases: Sequence[dict[str, Any]]) -> list[str]:
     """Per intra-op thread count, each pool's forward against OpenVINO's native op and the read-once
-    floor, from :func:`model_zoo_checks.benchmarks.runtime_case` (keys ``t{threads}_...``)."""
+    floor, from :func:`model_zoo_checks.benchmarks.runtime_case` (keys ``t{threads}_...``): one table for
+    onnxruntime, one for eager and ``dynamic=True``, each narrow enough for the page."""
     lines: list[str] = []
     for threads in sorted({int(k[1 : k.index("_")]) for case in cases for k in case if k.startswith("t") and k[1:2].isdigit()}):
-        rows = [case for case in cases if case.get(f"t{threads}_ort_fxpool")]
+        key = f"t{threads}_"
+        rows = [case for case in cases if case.get(key + "ort_fxpool")]
         if not rows:
             continue
         lines += [
             f"## Against OpenVINO's native op and the read-once floor, {threads} thread{'s' if threads > 1 else ''}",
             "",
-            "onnxruntime ms: fxpool's graph (TorchScript exporter). Ratios of forward times from one alternating "
-            "run: over OpenVINO's native op on the original module (below 1: fxpool is faster) and over the "
-            "floor, one max over the spatial axes read once (onnxruntime's ReduceMax; eager's amax for eager). "
-            '"gather graph": the max family\'s gather + MaxPool form, which ONNX export got before its window-max '
-            "form (torch.export keeps it). Static over dynamic: fxpool's static graph over its dynamic=True graph.",
+            "Ratios of forward times from one alternating run: over OpenVINO's native op on the original module "
+            "(below 1: fxpool is faster) and over the floor, one max over the spatial axes read once "
+            "(onnxruntime's ReduceMax; eager's amax for eager). onnxruntime ms: fxpool's graph (TorchScript "
+            'exporter). "gather graph": the max family\'s gather + MaxPool form, which ONNX export got before '
+            "its window-max form (torch.export keeps it). Static over dynamic: fxpool's static graph over its "
+            "dynamic=True graph.",
             "",
         ]
-        table = []
-        for row in rows:
-            key = f"t{threads}_"
-            table.append(
-                (
-                    row["case"],
-                    _fmt(row.get("input_MB"), ".1f"),
-                    _fmt(row[key + "ort_fxpool"] * 1e3),
-                    _over(row, key + "ort_fxpool", key + "openvino_native"),
-                    _over(row, key + "ort_fxpool", key + "ort_floor", ".1f"),
-                    _over(row, key + "ort_fxpool_gather", key + "openvino_native"),
-                    _over(row, key + "ort_fxpool_dynamic", key + "openvino_native"),
-                    _over(row, key + "ort_fxpool", key + "ort_fxpool_dynamic"),
-                    _over(row, key + "eager_fxpool", key + "openvino_native"),
-                    _over(row, key + "eager_fxpool", key + "eager_floor", ".1f"),
-                    _over(row, key + "eager_fxpool_dynamic", key + "openvino_native"),
-                )
+        onnxruntime = [
+            (
+                row["case"],
+                _fmt(row[key + "ort_fxpool"] * 1e3),
+                _over(row, key + "ort_fxpool", key + "openvino_native"),
+                _over(row, key + "ort_fxpool", key + "ort_floor", ".1f"),
+                _over(row, key + "ort_fxpool_gather", key + "openvino_native"),
+                _over(row, key + "ort_fxpool", key + "ort_fxpool_dynamic"),
             )
-        header = (
-            "case",
-            "input MB",
-            "onnxruntime ms",
-            "/ OpenVINO",
-            "/ floor",
-            "gather graph / OpenVINO",
-            "dynamic / OpenVINO",
-            "static / dynamic",
-            "eager / OpenVINO",
-            "eager / eager floor",
-            "eager dynamic / OpenVINO",
-        )
-        lines += _table(header, table) + [""]
+            for row in rows
+        ]
+        header = ("case", "onnxruntime ms", "/ OpenVINO", "/ floor", "gather graph / OpenVINO", "static / dynamic")
+        lines += _table(header, onnxruntime) + [""]
+        others = [
+            (
+                row["case"],
+                _fmt(row.get("input_MB"), ".1f"),
+                _over(row, key + "ort_fxpool_dynamic", key + "openvino_native"),
+                _over(row, key + "eager_fxpool", key + "openvino_native"),
+                _over(row, key + "eager_fxpool", key + "eager_floor", ".1f"),
+                _over(row, key + "eager_fxpool_dynamic", key + "openvino_native"),
+            )
+            for row in rows
+        ]
+        header = ("case", "input MB", "dynamic / OpenVINO", "eager / OpenVINO", "eager / eager floor", "eager dynamic / OpenVINO")
+        lines += _table(header, others) + [""]
     return lines
 
 
