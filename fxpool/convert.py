@@ -263,7 +263,8 @@ def _convert(model: nn.Module, example: Example, dynamic: bool, quantizable: boo
             found = find_pools(copy, recording)
             decisions = tuple(decide(site, dynamic=dynamic, undone=undo.replacements.get(site.location)) for site in found.sites)
             built = build(copy, found, decisions, fallback_device, quantizable)
-            check = _check(built.root, example, recording) if built.changed else _unchanged_check(undone=bool(applied))
+            again = any(site.already is not None for site in found.sites)
+            check = _check(built.root, example, recording) if built.changed else _unchanged_check(bool(applied), again)
             result = _Round(found, decisions, built.root, check.with_actions(applied))
             first = first or result
             if result.check.status != "failed":
@@ -289,13 +290,15 @@ def _check(converted: nn.Module, example: Example, recording: Recording) -> Self
     return self_check(converted, example, recording.output, None if export is None else export.output)
 
 
-def _unchanged_check(undone: bool = False) -> SelfCheck:
+def _unchanged_check(undone: bool = False, converted_before: bool = False) -> SelfCheck:
     if undone:
         return SelfCheck(
             "skipped",
             "EVERY replacement was undone after the self-check failed (see undone below), so the model returned is "
             "the original, its pools left to PyTorch",
         )
+    if converted_before:
+        return SelfCheck("skipped", "nothing new to replace: the model was converted before, and is returned as it is")
     return SelfCheck("skipped", "nothing was replaced, so the model is the original")
 
 

@@ -474,7 +474,8 @@ def onnx_max_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[St
     with NaN and ±inf, and measured 0.05-0.75x OpenVINO's native op at one and two onnxruntime threads
     (the max cases of ``python -m model_zoo_checks.benchmarks --sections pools``: 8x512 10->7, 1x512 64->6
     and 33->6, 2x256 100x60->6, 4x256 25->7, 1d 8x64 1000->101, 3d 2x64 9x10x11->4x3x7; see
-    docs/results/benchmarks.md), 1.4-11x faster than the gather graph but for 100x60->6 (0.9-1.1x).
+    docs/results/benchmarks.md), 1.4-11x faster than the gather graph but for 100x60->6 (0.9-1.1x) and,
+    at two threads, 3d (1.0x) and 4x8->6x16 (0.4x, where one thread ran it 3.6x faster).
     Forms measured and not taken: a sliding MaxPool (stride 1) of the shortest window length, then two
     gathers of its result and a Max per axis (as fast on some cases, 2.4x slower on 100x60, and NaN-exact
     only with a NaN count per window beside it, which made it 1.3-3.3x slower); the same with the input
