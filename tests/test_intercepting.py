@@ -89,6 +89,7 @@ def test_converting_a_converted_model_is_a_reported_no_op() -> None:
     again = fxpool.convert(once, x, strict=True)
     (record,) = fxpool.report_of(again).records
     assert record.converted and record.replacement.startswith("already converted")
+    assert "converted before" in fxpool.report_of(again).check.summary()
     _, y, functional = _converted()
     records = fxpool.report_of(fxpool.convert(functional, y, strict=True)).records
     assert len(records) == 3 and all(r.replacement.startswith("already converted") for r in records)
