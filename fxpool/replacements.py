@@ -301,7 +301,7 @@ class ExactAdaptivePool(nn.Module):
             and x.dtype == torch.float32
             and x.is_contiguous()
             and x.dim() - self.plan.spatial_dims in (1, 2)
-            and _plain_eager()  # before reading sizes: under torch.jit.trace they are tensors
+            and plain_eager()  # before reading sizes: under torch.jit.trace they are tensors
             and _fits(x.shape[-self.plan.spatial_dims :], self._fixed_sizes)
         ):
             return self._run_fast(x, fast)
@@ -452,6 +452,11 @@ def planned(family: str, in_sizes: tuple[int, ...], out_sizes: tuple[int, ...], 
     return _PLANS[key]
 
 
+def native_pool_function(family: str, dims: int) -> Any:
+    """PyTorch's functional adaptive pool of this family and number of spatial axes."""
+    return (_NATIVE_AVG if family == "avg" else _NATIVE_MAX)[dims]
+
+
 def native_pool_module(family: str, output_size: tuple[int | None, ...]) -> nn.Module:
     """PyTorch's adaptive pool module of this family and output size."""
     modules: dict[tuple[str, int], Any] = {
@@ -566,7 +571,7 @@ def _fits(spatial: torch.Size, fixed: tuple[int | None, ...] | None) -> bool:
     return spatial == fixed if fixed is not None else 0 not in spatial
 
 
-def _plain_eager() -> bool:
+def plain_eager() -> bool:
     """Nothing traces, compiles or exports, and no traced_forms block is open: :func:`_exporting`'s
     negation, cheapest question first."""
     return (
