@@ -1,10 +1,10 @@
 """How well fxpool's graphs quantize: the quantizers users run, on the original and on fxpool's conversion.
 
-Every case is a float model prepared four ways — the original (its stock dynamo ONNX graph: AveragePool,
-ReduceMean or the GatherND/Where decomposition; absent where it does not export), fxpool's default
-conversion (averaging matrices as MatMul), fxpool's ``quantizable=True`` conversion (as Einsum in ONNX)
-and the default conversion with the pool kept in float — then quantized four ways and compared with
-the float PyTorch model on four fixed test inputs: the relative L2 error ``|quantized - torch| / |torch|``.
+Every case is a float model prepared three ways — the original (its stock dynamo ONNX graph:
+AveragePool, ReduceMean or the GatherND/Where decomposition; absent where it does not export), fxpool's
+conversion (pools, slices, gathers, no averaging matrix) and the conversion with the pool kept in float
+— then quantized four ways and compared with the float PyTorch model on four fixed test inputs: the
+relative L2 error ``|quantized - torch| / |torch|``.
 
 - ``dynamic``: ``onnxruntime.quantization.quantize_dynamic`` (int8 weights), run by onnxruntime;
 - ``static QDQ``: ``quantize_static`` in QDQ format with eight calibration inputs, run by onnxruntime;
@@ -12,17 +12,16 @@ the float PyTorch model on four fixed test inputs: the relative L2 error ``|quan
   on CPU in float32 inference precision;
 - ``pt2e XNNPACK``: PyTorch 2 export quantization — ``torch.export``, ``prepare_pt2e`` with ExecuTorch's
   ``XNNPACKQuantizer`` (symmetric, per-channel), calibration, ``convert_pt2e`` — lowered to ExecuTorch
-  with the XNNPACK partitioner and run by ExecuTorch's runtime. ONNX plays no part, so the quantizable
-  conversion is the default one here.
+  with the XNNPACK partitioner and run by ExecuTorch's runtime.
 
 "Pool in float" names the pool's nodes to the quantizer (``nodes_to_exclude`` and NNCF's
 ``ignored_scope``, from ``ExportResult.pool_nodes``; for pt2e the replacement module's type).
 A quantizer that is not installed leaves its columns empty (NNCF and ExecuTorch come with
 ``make runtimes``' venv, where ``make bench`` runs).
 
-The bound the ``quantizable`` conversion is held to (:func:`within_bounds`): at most 1.1 times the
-error of the quantized original where the original quantizes and runs, else at most the error of the
-default conversion with its pool left in float.
+The bound the conversion is held to (:func:`within_bounds`): at most 1.1 times the error of the
+quantized original where the original quantizes and runs, else at most the error of the conversion
+with its pool left in float.
 """
 
 from __future__ import annotations
@@ -51,9 +50,9 @@ from .catalog import build
 POOL_CASES: tuple[tuple[str, Callable[[], nn.Module], tuple[int, ...]], ...] = (
     ("12->6 (AvgPool)", lambda: _after_conv(nn.AdaptiveAvgPool2d(6)), (1, 3, 12, 12)),
     ("9->1 (mean)", lambda: _after_conv(nn.AdaptiveAvgPool2d(1)), (1, 3, 9, 9)),
-    ("10->7 (Kronecker)", lambda: _after_conv(nn.AdaptiveAvgPool2d(7)), (1, 3, 10, 10)),
-    ("9->6 (Kronecker)", lambda: _after_conv(nn.AdaptiveAvgPool2d(6)), (1, 3, 9, 9)),
-    ("33->6 (separable)", lambda: _after_conv(nn.AdaptiveAvgPool2d(6)), (1, 3, 33, 33)),
+    ("10->7 (sliding)", lambda: _after_conv(nn.AdaptiveAvgPool2d(7)), (1, 3, 10, 10)),
+    ("9->6 (sliding)", lambda: _after_conv(nn.AdaptiveAvgPool2d(6)), (1, 3, 9, 9)),
+    ("33->6 (slices)", lambda: _after_conv(nn.AdaptiveAvgPool2d(6)), (1, 3, 33, 33)),
     ("max 10->7 (gather)", lambda: _after_conv(nn.AdaptiveMaxPool2d(7)), (1, 3, 10, 10)),
     ("3d 5x10x10->3x7x7", lambda: SliceConvThen3dPool((3, 7, 7)), (1, 3, 5, 10, 10)),
 )
@@ -64,7 +63,7 @@ MODEL_CASES: tuple[tuple[str, tuple[int, ...]], ...] = (
     ("vgg11_max_pool", (1, 3, 96, 96)),
     ("r3d_18", (1, 3, 8, 64, 64)),  # 3d; no pt2e row: ExecuTorch's portable convolution is 2d only
 )
-GRAPHS = ("original", "fxpool", "fxpool quantizable", "fxpool, pool in float")
+GRAPHS = ("original", "fxpool", "fxpool, pool in float")
 QUANTIZERS = ("dynamic", "static QDQ", "NNCF", "pt2e XNNPACK")
 CALIBRATION, TESTS = 8, 4
 
@@ -145,9 +144,9 @@ def _seeded(build_model: Callable[[], nn.Module]) -> nn.Module:
 
 
 def within_bounds(row: dict[str, Any], quantizer: str) -> bool | None:
-    """The quantizable conversion's error at most 1.1x the original's, or the float-pool conversion's
-    where the original does not quantize and run; None where the quantizer is not installed."""
-    ours = row.get(f"fxpool quantizable / {quantizer}")
+    """The conversion's error at most 1.1x the original's, or the float-pool conversion's where the
+    original does not quantize and run; None where the quantizer is not installed."""
+    ours = row.get(f"fxpool / {quantizer}")
     original = row.get(f"original / {quantizer}")
     in_float = row.get(f"fxpool, pool in float / {quantizer}")
     if ours is None and original is None and in_float is None:
@@ -170,13 +169,11 @@ def _prepare(model: nn.Module, x: torch.Tensor, stem: Path) -> dict[str, Prepare
     except Exception:  # the dynamo exporter has no adaptive_max_pool2d: there is no original graph
         original = None
     default = fxpool.export(model, x, str(stem / "fxpool.onnx"), dynamo=True, input_names=["x"])
-    quantizable = fxpool.export(model, x, str(stem / "quantizable.onnx"), dynamo=True, input_names=["x"], quantizable=True)
     converted = fxpool.convert(model, x)
     in_float = tuple(node for nodes in default.pool_nodes.values() for node in nodes)
     return {
         "original": Prepared(original, (), model),
         "fxpool": Prepared(default.path, (), converted),
-        "fxpool quantizable": Prepared(quantizable.path, (), fxpool.convert(model, x, quantizable=True)),
         "fxpool, pool in float": Prepared(default.path, in_float, converted, module_pool_in_float=True),
     }
 

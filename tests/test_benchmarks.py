@@ -58,7 +58,7 @@ def test_gpu_eager_case_in_every_dtype() -> None:
         assert all(t > 0 for t in row.values())
 
 
-def test_the_quantizable_graph_quantizes_as_well_as_the_native_pool(tmp_path) -> None:
+def test_the_converted_graph_quantizes_as_well_as_the_native_pool(tmp_path) -> None:
     pytest.importorskip("onnxruntime.quantization")
     from model_zoo_checks import quantization
 
@@ -69,5 +69,3 @@ def test_the_quantizable_graph_quantizes_as_well_as_the_native_pool(tmp_path) ->
             assert quantization.within_bounds(row, quantizer) is True, row
         for quantizer in quantization.QUANTIZERS:  # NNCF and pt2e: None where not installed, never False
             assert quantization.within_bounds(row, quantizer) is not False, row
-        # the default MatMul graph is the one that loses accuracy under dynamic quantization
-        assert row["fxpool / dynamic"] > 1.2 * row["original / dynamic"], row

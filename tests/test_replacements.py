@@ -15,9 +15,9 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fxpool import planning
 from fxpool.errors import SpatialSizeError
 from fxpool.planning import choose_plan
-from fxpool import planning
 from fxpool.replacements import ExactAdaptivePool, traced_forms
 
 NATIVE = {
