@@ -22,13 +22,20 @@ from typing import Any, NoReturn
 JSON_SCHEMA_VERSION = 1  # raised when a key of the --json object changes meaning or goes away
 EXIT_OK, EXIT_MODEL_FAILED, EXIT_USAGE = 0, 1, 2
 DTYPE_NAMES = ("bfloat16", "float16", "float32", "float64")
-MODEL_HELP = "torchvision:NAME, package.module:callable or path/to/file.py:callable"
+MODEL_HELP = (
+    "torchvision:NAME, package.module:callable, path/to/file.py:callable, FILE.pt2 (a torch.export program) or "
+    "FILE.pt (a whole pickled model: loading it runs code from the file, so only files you trust)"
+)
 
 DESCRIPTION = """\
 Exact, export-friendly replacements for adaptive pooling in PyTorch models.
 
 MODEL is torchvision:NAME (built with weights=None), package.module:callable or
-path/to/file.py:callable; the callable builds the nn.Module with no arguments."""
+path/to/file.py:callable (the callable builds the nn.Module with no arguments),
+FILE.pt2 (a program saved by torch.export.save: converted as a program, no
+--input-shape needed) or FILE.pt (a whole model saved by torch.save(model), read
+with torch.load(weights_only=False): unpickling runs code from the file, so give
+only files you trust as you trust code you run)."""
 
 EPILOG = """\
 exit status:
@@ -79,8 +86,9 @@ def zoo_available() -> bool:
     return False
 
 
-def build_parser(with_zoo: bool) -> argparse.ArgumentParser:
-    """The parser; ``zoo`` is a command only where the sweep can run."""
+def build_parser(with_zoo: bool, program: bool = False) -> argparse.ArgumentParser:
+    """The parser; ``zoo`` is a command only where the sweep can run; ``--input-shape`` is optional for a ``.pt2``
+    MODEL (``program``), whose example inputs give the sizes."""
     parser = _Parser(prog="fxpool", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     import fxpool  # the package alone: its names load on first use
 
@@ -94,7 +102,9 @@ def build_parser(with_zoo: bool) -> argparse.ArgumentParser:
     export = commands.add_parser("export", help="convert and export to ONNX, verified with onnxruntime")
     for sub in (inspect_command, export):
         sub.add_argument("model", metavar="MODEL", help=MODEL_HELP)
-        sub.add_argument("--input-shape", type=parse_shape, required=True, help="e.g. 1,3,320,320")
+        sub.add_argument(
+            "--input-shape", type=parse_shape, required=not program, help="e.g. 1,3,320,320 (a .pt2 program has its own)"
+        )
         sub.add_argument("--dynamic-hw", action="store_true", help="one graph exact at every spatial size")
         sub.add_argument("--strict", action="store_true", help="fail (exit 1) if any pool would be left to PyTorch")
         sub.add_argument("--json", action="store_true", help="print one JSON object on stdout, on failure too")
@@ -136,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return int(zoo_module.main(argv[1:]) or 0)
     try:
-        args = build_parser(with_zoo=zoo_available()).parse_args(argv)
+        args = build_parser(with_zoo=zoo_available(), program=any(word.endswith(".pt2") for word in argv)).parse_args(argv)
     except UsageError as error:
         return _failed(want_json, command, error, EXIT_USAGE)
     try:
@@ -207,10 +217,10 @@ def _run(args: argparse.Namespace) -> int:
     from .loading import load_model
 
     model = load_model(args.model)
-    if not isinstance(model, torch.nn.Module):
-        raise UsageError(
-            f"fxpool {args.command}: {args.model} is a torch.export program; convert it with fxpool.convert(program) in Python"
-        )
+    if isinstance(model, torch.export.ExportedProgram):
+        return _run_program(args, model)
+    if args.input_shape is None:
+        raise UsageError(f"fxpool {args.command}: --input-shape is required for {args.model} (only a .pt2 program has its own)")
     device, dtype = _device(args.device), getattr(torch, args.dtype)
     model = model.to(device=device, dtype=dtype)
     example = torch.randn(args.input_shape, device=device, dtype=dtype)
@@ -268,6 +278,58 @@ def _run(args: argparse.Namespace) -> int:
             f"{result.report}\nwrote {result.path}\nops: {result.op_histogram}\nonnxruntime max abs error: {result.max_abs_error}"
             + (f" ({result.verified})" if result.verified else "")
         )
+    return EXIT_OK
+
+
+def _run_program(args: argparse.Namespace, program: Any) -> int:
+    """``inspect``/``export`` of a ``.pt2`` program: converted as a program (fxpool.programs); ``export`` writes
+    ONNX by ``torch.onnx.export(converted_program, dynamo=True)`` and checks it against the original program."""
+    import torch
+
+    from .convert import convert, enforce_strict
+    from .errors import FxpoolError
+    from .report import report_of
+    from .verifying import op_histogram, verify_onnx
+
+    given = {"--device": args.device != "cpu", "--dtype": args.dtype != "float32", "--dynamic-hw": args.dynamic_hw}
+    if args.command == "export":
+        given.update({"--dynamic-batch": args.dynamic_batch, "--exporter torchscript": args.exporter == "torchscript"})
+    fixed = [flag for flag, on in given.items() if on]
+    if fixed:
+        raise UsageError(
+            f"fxpool {args.command}: {', '.join(fixed)} cannot apply to a .pt2 program: it keeps the device, dtype and "
+            f"dynamic dimensions it was exported with, and exports through the dynamo exporter"
+        )
+    example = None if args.input_shape is None else torch.randn(args.input_shape)
+    converted = convert(program, example, quantizable=getattr(args, "quantizable", False))
+    report = report_of(converted)
+    refused: FxpoolError | None = None
+    if args.strict:
+        try:
+            enforce_strict(report, for_export=False)
+        except FxpoolError as error:
+            refused = error
+    if args.command == "inspect" or refused is not None:
+        code = EXIT_OK if refused is None else EXIT_MODEL_FAILED
+        if args.json:
+            _print_json(args.command, code, refused, report=report.to_dict())
+        else:
+            print(report)
+            if refused is not None:
+                print(f"fxpool {args.command}: {type(refused).__name__}: {refused}", file=sys.stderr)
+        return code
+    options: dict[str, Any] = {"dynamo": True} if args.opset is None else {"dynamo": True, "opset_version": args.opset}
+    torch.onnx.export(converted, f=args.output, **options)
+    checked = None
+    if not args.no_verify:
+        original = program.module()
+        checked = verify_onnx(args.output, original, converted.example_inputs[0] if example is None else example)
+    ops = op_histogram(args.output)
+    max_error = None if checked is None else checked.max_abs_error
+    if args.json:
+        _print_json("export", EXIT_OK, None, path=args.output, ops=ops, max_abs_error=max_error, report=report.to_dict())
+    else:
+        print(f"{report}\nwrote {args.output}\nops: {ops}\nonnxruntime max abs error: {max_error}")
     return EXIT_OK
 
 

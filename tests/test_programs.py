@@ -314,6 +314,33 @@ def test_a_program_whose_reexport_fails_is_an_fxpool_error(monkeypatch) -> None:
         fxpool.convert(program)
 
 
+def test_the_cli_inspects_and_exports_a_pt2_file_without_an_input_shape(tmp_path, capsys) -> None:
+    pytest.importorskip("onnxruntime")
+    from fxpool import cli
+    from fxpool.verifying import op_histogram
+
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d((5, 7)), nn.AdaptiveMaxPool2d(3)).eval()
+    path = tmp_path / "model.pt2"
+    torch.export.save(torch.export.export(model, (torch.randn(1, 3, 17, 19),)), path)
+
+    assert cli.main(["inspect", str(path), "--strict"]) == 0
+    assert "2 adaptive pool(s): 2 converted" in capsys.readouterr().out
+    out = tmp_path / "model.onnx"
+    assert cli.main(["export", str(path), "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "onnxruntime max abs error" in printed and "None" not in printed.splitlines()[-1]
+    assert not {"GatherND", "ScatterND"} & set(op_histogram(str(out)))
+    assert cli.main(["export", str(path), "-o", str(out), "--exporter", "torchscript"]) == 2
+    assert "cannot apply to a .pt2 program" in capsys.readouterr().err
+
+
+def test_the_cli_still_asks_other_models_for_an_input_shape(capsys) -> None:
+    from fxpool import cli
+
+    assert cli.main(["inspect", "torch.nn:Identity"]) == 2
+    assert "the following arguments are required: --input-shape" in capsys.readouterr().err
+
+
 def test_a_training_program_leaves_the_callers_running_statistics_alone() -> None:
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.AdaptiveAvgPool2d((3, 5))).train()
     program = torch.export.export(model, (torch.randn(2, 3, 15, 17),))
