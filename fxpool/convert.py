@@ -170,6 +170,8 @@ def _convert_program(
         converted, report = convert_aten_graph(model, example, dynamic=dynamic, quantizable=quantizable)
     if strict:
         enforce_strict(report, for_export=False)
+    else:
+        warn_left(report, for_export=False, stacklevel=4)  # the caller of convert, through this function
     attach_report(converted, report)
     return converted
 
