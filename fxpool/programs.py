@@ -203,8 +203,9 @@ def convert_aten_graph(
 
     The copy shares ``gm``'s parameters and buffers; its own graph holds ``call_module`` nodes to the
     replacements (attributes ``fxpool_pool_N``). Raises :class:`~fxpool.errors.SelfCheckError` where a
-    replacement or the whole graph differs from the original on ``example``. ``dynamic`` and
-    ``quantizable`` are ``fxpool.convert``'s; a symbolic spatial size asks for the dynamic form anyway.
+    replacement or the whole graph differs from the original on ``example``. ``dynamic`` is
+    ``fxpool.convert``'s (a symbolic spatial size asks for the dynamic form anyway); ``quantizable`` is
+    accepted as ``convert`` accepts it, and changes nothing: the replacements hold no averaging matrices.
     """
     with LOCK:
         sites = find_aten_pools(gm, scope)
@@ -212,7 +213,7 @@ def convert_aten_graph(
         seen, reference = _record(gm, live, example)
         decisions = {site.location: _decide(site, seen.get(site.location), dynamic) for site in sites}
         work = _graph_copy(gm)
-        replaced = _rewrite(work, gm, sites, decisions, seen, quantizable)
+        replaced = _rewrite(work, gm, sites, decisions, seen)
         checks = tuple(_check_replacement(replaced[s.location], s, seen[s.location]) for s in live if s.location in replaced)
         check = _check_whole(work, example, reference, checks, "the rewritten graph") if replaced else _unchanged(sites)
     records = tuple(_record_of(site, decisions[site.location], seen.get(site.location)) for site in sites)
@@ -366,7 +367,7 @@ def _decide(site: AtenPoolSite, seen: _Seen | None, dynamic: bool) -> PoolDecisi
     return decide_pool(sighting, dynamic=dynamic or site.symbolic)
 
 
-def _replacement(site: AtenPoolSite, decision: PoolDecision, seen: _Seen, quantizable: bool) -> nn.Module:
+def _replacement(site: AtenPoolSite, decision: PoolDecision, seen: _Seen) -> nn.Module:
     plan, dims = decision.plan, site.call.spatial_dims
     assert plan is not None and dims is not None
     replacement: nn.Module
@@ -377,8 +378,7 @@ def _replacement(site: AtenPoolSite, decision: PoolDecision, seen: _Seen, quanti
     else:
         weight_dtype = torch.float64 if seen.input.dtype == torch.float64 else torch.float32
         batched = seen.input.dim() == dims + 2
-        options = {"quantizable": True} if quantizable else {}  # the einsum form, only where it is asked for
-        replacement = ExactAdaptivePool(plan, site.location, weight_dtype, seen.input.device, batched=batched, **options)
+        replacement = ExactAdaptivePool(plan, site.location, weight_dtype, seen.input.device, batched=batched)
     return replacement.train(False)
 
 
@@ -388,7 +388,6 @@ def _rewrite(
     sites: list[AtenPoolSite],
     decisions: dict[str, PoolDecision],
     seen: dict[str, _Seen],
-    quantizable: bool,
 ) -> dict[str, nn.Module]:
     """Put each replaced site's module in ``work`` (a graph copy of ``original``) in place of its node."""
     made: dict[str, nn.Module] = {}
@@ -398,7 +397,7 @@ def _rewrite(
         if site is None or decisions[site.location].action == "left":
             continue
         node = nodes[index]
-        replacement = _replacement(site, decisions[site.location], seen[site.location], quantizable)
+        replacement = _replacement(site, decisions[site.location], seen[site.location])
         name = _free_name(work, REPLACEMENT_PREFIX)
         work.add_submodule(name, replacement)
         with graph.inserting_before(node):
