@@ -1,9 +1,15 @@
-"""MkDocs hook: result tables rendered at build time from the JSON reports in docs/data/.
+"""MkDocs hooks: result tables rendered at build time from the JSON reports in docs/data/, and the
+package's reST cross-reference roles rendered as code.
 
 A page writes ``<!-- fxpool-table: zoo data/zoo-torchvision.json "Title" -->`` (or ``bench FILE``,
 ``runtimes FILE``) where a table belongs; the hook replaces the marker with what
 :mod:`model_zoo_checks.tables` renders from that file, so the pages cannot drift from the runs.
 A marker naming a missing file fails the (strict) build.
+
+The package's docstrings are Markdown with Google-style sections (mkdocs.yml configures mkdocstrings so),
+but some still name objects the Sphinx way (``:func:`~fxpool.convert```); :func:`plain_roles` turns each
+such role in a rendered page into the code it names (``~`` keeping the last name only), so no raw role
+reaches the reader. ``tests/test_docs.py`` checks the built API page for any left.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ sys.path.insert(0, str(ROOT))
 from model_zoo_checks import tables  # noqa: E402 (after the path it needs)
 
 MARKER = re.compile(r"<!-- fxpool-table: (.+?) -->")
+# A reST role as Markdown renders it: the role name, then the inline code of its target.
+ROLE = re.compile(r":(?:py:)?(?:func|class|meth|attr|mod|data|exc|obj|const):<code>(~?)([^<]+)</code>")
 
 
 def render(arguments: str) -> str:
@@ -27,3 +35,15 @@ def render(arguments: str) -> str:
 
 def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ANN001 (MkDocs' hook signature)
     return MARKER.sub(lambda match: render(match.group(1)), markdown)
+
+
+def plain_roles(html: str) -> str:
+    """``:class:<code>~fxpool.errors.X</code>`` -> ``<code>X</code>``; without ``~`` the whole dotted name."""
+    return ROLE.sub(lambda match: f"<code>{match.group(2).rsplit('.', 1)[-1] if match.group(1) else match.group(2)}</code>", html)
+
+
+def on_page_content(html: str, page, config, files) -> str:  # noqa: ANN001 (MkDocs' hook signature)
+    html = plain_roles(html)
+    if page is not None and page.file.src_uri.startswith("results/zoo-"):  # docs/stylesheets/extra.css
+        html = f'<div class="fxpool-zoo">{html}</div>'
+    return html

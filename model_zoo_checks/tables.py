@@ -60,8 +60,62 @@ def keep(sources: Sequence[Path], out: Path) -> int:
     return len(cases)
 
 
+# One mark per exportability state in the per-case table (legend above it).
+_MARK = {"exports": "✓", "decomposed": "≈", "fails": "✗", "not tried": "–"}
+
+
+def _size(case: dict[str, Any]) -> str:
+    return "x".join(map(str, case["input_shape"][1:]))
+
+
+def _short_size(case: dict[str, Any]) -> str:
+    """A square image's side alone (``160``), else every spatial size (``4x112x112``)."""
+    spatial = case["input_shape"][2:]
+    return str(spatial[0]) if len(spatial) == 2 and spatial[0] == spatial[1] else "x".join(map(str, spatial))
+
+
+def _forwards(case: dict[str, Any]) -> float | None:
+    return case["convert_s"] / case["forward_s"] if case.get("forward_s") and case.get("convert_s") else None
+
+
+def _model_rows(cases: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
+    """One summary row per model: sizes, outcome, pools, replacement kinds, converted exports that work."""
+    by_model: dict[str, list[dict[str, Any]]] = {}
+    for case in cases:
+        by_model.setdefault(case["model"], []).append(case)
+    converted = [attribute for label, attribute in EXPORTS if "converted" in label]
+    rows = []
+    for model, group in by_model.items():
+        ran = [c for c in group if c["status"] != "skip"]
+        statuses = Counter(c["status"] for c in group)
+        order = {"pass": 0, "fail": 1, "skip": 2}
+        outcome = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items(), key=lambda item: order.get(item[0], 3)))
+        pools = sorted({c.get("pools", 0) for c in ran})
+        kinds: Counter[str] = Counter()
+        for case in ran:
+            kinds.update(case.get("replacements", {}))
+        exports = []
+        for attribute in converted:
+            states = [export_state(c.get(attribute, "")) for c in ran]
+            tried = [s for s in states if s != "not tried"]
+            if tried:
+                exports.append(f"{sum(s in ('exports', 'decomposed') for s in tried)}/{len(tried)}")
+        rows.append(
+            (
+                model,
+                ", ".join(dict.fromkeys(_short_size(c) for c in group)),
+                outcome,
+                "-" if not pools else str(pools[0]) if len(pools) == 1 else f"{pools[0]}-{pools[-1]}",
+                ", ".join(kinds) or "-",
+                " · ".join(exports) or "-",
+            )
+        )
+    return rows
+
+
 def zoo_markdown(cases: Sequence[dict[str, Any]]) -> str:
-    """One sweep: the counts, the pools by kind, the exports, and every case."""
+    """One sweep: the counts, a summary row per model (six columns), the exports, the cost, and every case
+    in a collapsible block."""
     tally = Counter(c["status"] for c in cases)
     ran = [c for c in cases if c["status"] != "skip"]
     kinds: Counter[str] = Counter()
@@ -74,6 +128,15 @@ def zoo_markdown(cases: Sequence[dict[str, Any]]) -> str:
         f"({', '.join(f'{k} {n}' for k, n in kinds.most_common())}).",
         "",
     ]
+    lines += [
+        "Each model: its input sizes (one number for a square image), its cases' verdicts, the adaptive pools "
+        "of a case, what replaced them, and in how many cases the converted model exported with each exporter.",
+        "",
+    ]
+    lines += _table(
+        ("model", "input sizes", "result", "pools", "replaced by", "converted exports: TorchScript · dynamo · torch.export"),
+        _model_rows(cases),
+    ) + [""]
     export_rows = []
     for label, attribute in EXPORTS:
         states = Counter(export_state(c.get(attribute, "")) for c in ran)
@@ -83,47 +146,46 @@ def zoo_markdown(cases: Sequence[dict[str, Any]]) -> str:
                 (label, f"{states['exports'] + states['decomposed']}/{tried}", str(states["decomposed"]), str(states["fails"]))
             )
     if export_rows:
+        lines += ["Every case, the stock model's exports beside the converted model's:", ""]
         lines += _table(("export", "exports", "of which GatherND/Where", "fails"), export_rows) + [""]
-    costs = [c["convert_s"] / c["forward_s"] for c in ran if c.get("forward_s") and c.get("convert_s")]
+    costs = [f for f in (_forwards(c) for c in ran) if f is not None]
     if costs:
-        worst = max(ran, key=lambda c: c["convert_s"] / c["forward_s"] if c.get("forward_s") and c.get("convert_s") else 0)
+        worst = max(ran, key=lambda c: _forwards(c) or 0.0)
         lines += [
             f"Conversion cost, one call per case timed inside the sweep (so with whatever garbage collection "
             f"falls into it; the warm figures are on the benchmarks page): median {statistics.median(costs):.1f} "
             f"eager forwards of the original, worst "
-            f"{max(costs):.1f} ({worst['model']} at {'x'.join(map(str, worst['input_shape'][1:]))}). Summed case time "
+            f"{max(costs):.1f} ({worst['model']} at {_size(worst)}). Summed case time "
             f"{sum(c.get('seconds', 0.0) for c in cases) / 60:.0f} min.",
             "",
         ]
     rows = []
     for c in cases:
-        exports = " / ".join(export_state(c.get(attribute, "")) for _, attribute in EXPORTS)
-        forwards = c["convert_s"] / c["forward_s"] if c.get("forward_s") and c.get("convert_s") else None
+        exports = " ".join(_MARK[export_state(c.get(attribute, ""))] for _, attribute in EXPORTS)
+        pools = str(c.get("pools", 0))
+        replacements = ", ".join(f"{k} {v}" for k, v in c.get("replacements", {}).items())
+        forwards = _forwards(c)
         rows.append(
             (
-                c["model"],
-                "x".join(map(str, c["input_shape"][1:])),
+                f"{c['model']} {_size(c)}",
                 c["status"],
-                str(c.get("pools", 0)),
-                ", ".join(f"{k} {v}" for k, v in c.get("replacements", {}).items()) or "-",
-                _fmt(c.get("eager_max_error"), ".1e"),
+                f"{pools}: {replacements}" if replacements else pools,
+                ("0" if c.get("eager_max_error") == 0 else _fmt(c.get("eager_max_error"), ".1e"))
+                + ("" if forwards is None else f" / {forwards:.1f}x"),
                 exports,
-                _fmt(forwards, ".1f"),
                 (c.get("reason") or "")[:160].replace("|", "/"),
             )
         )
-    header = (
-        "model",
-        "input",
-        "status",
-        "pools",
-        "replacements",
-        "eager error",
-        "TS stock / TS converted / dynamo stock / dynamo converted / torch.export converted",
-        "convert / forward",
-        "notes",
-    )
-    return "\n".join(lines + _table(header, rows)) + "\n"
+    header = ("case", "status", "pools: replacements", "eager error / convert cost", "exports", "notes")
+    detail = [
+        "Exports, in order: TorchScript stock, converted; dynamo stock, converted; torch.export converted. "
+        "✓ exports, ≈ exports as the GatherND/Where decomposition, ✗ fails, – not tried. Convert cost: one "
+        "conversion in eager forwards of the original.",
+        "",
+        *_table(header, rows),
+    ]
+    lines += [f'??? note "Every case ({len(cases)})"', ""] + ["    " + line if line else "" for line in detail]
+    return "\n".join(lines) + "\n"
 
 
 def bench_markdown(results: dict[str, Any]) -> str:

@@ -1,12 +1,19 @@
-"""Every code block of the README and of docs/ runs as written.
+"""Every code block of the README and of docs/ runs as written, and the site reads well.
 
 Python blocks run in a fresh folder (they write their .onnx files there); shell blocks run each command:
 ``fxpool ...`` through the command line, ``make TARGET`` as a dry run (``make -n``) that must name a real
-target. ``text`` blocks are output, not code. The docs build itself (``make docs``, strict) is CI's.
+target, ``pip install SPEC`` by checking that each extra it names exists (nothing is installed). ``text``
+blocks are output, not code.
+
+The site (what a browser shows, checked without one): the API page documents ``fxpool.__all__`` and
+nothing else, with no raw reST role and its doctest as code; the results pages lead with a table of at most
+six columns, and the zoo pages hold no wider table at all. The API checks build the site with MkDocs
+(strict) into a temporary folder where MkDocs is installed (the docs extra).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shlex
@@ -15,6 +22,13 @@ import sys
 from pathlib import Path
 
 import pytest
+
+import fxpool
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, as a package
+    tomllib = pytest.importorskip("tomli")
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -47,8 +61,13 @@ def test_every_code_block_runs_as_written(page: str, line: int, language: str, c
         run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert run.returncode == 0, f"{page}:{line}\n{run.stderr[-3000:]}"
         return
-    for command in (c for c in code.splitlines() if c.strip() and not c.startswith("#")):
+    for command in (c for c in code.replace("\\\n", " ").splitlines() if c.strip() and not c.startswith("#")):
         words = shlex.split(command, comments=True)
+        if words[:2] == ["pip", "install"]:
+            extras = {e.strip() for spec in words[2:] for e in re.findall(r"\[([^\]]*)\]", spec) for e in e.split(",")}
+            declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+            assert extras <= set(declared), f"{page}:{line}: {command} names extras pyproject.toml lacks: {extras - set(declared)}"
+            continue
         if words[0] == "make":
             run = subprocess.run(["make", "-n", *words[1:]], cwd=ROOT, capture_output=True, text=True, timeout=60)
         elif words[0] == "fxpool":
@@ -58,3 +77,102 @@ def test_every_code_block_runs_as_written(page: str, line: int, language: str, c
         else:
             pytest.fail(f"{page}:{line}: a shell command this test does not know how to run: {command}")
         assert run.returncode == 0, f"{page}:{line}: {command}\n{run.stdout[-1500:]}{run.stderr[-3000:]}"
+
+
+def test_the_readme_and_the_home_page_open_with_installation() -> None:
+    for page in ("README.md", "docs/index.md"):
+        text = (ROOT / page).read_text()
+        headings = re.findall(r"^## (.+)$", text, re.MULTILINE)
+        assert headings[0] == "Install", (page, headings)
+        install = text.split("## Install", 1)[1]
+        assert install.index("pip install .") < install.index("make zoo") < install.index("make test")
+        assert '".[onnx]"' in install
+
+
+# --- the site --------------------------------------------------------------------------------------------
+
+sys.path.insert(0, str(ROOT / "docs"))
+import hooks  # noqa: E402 (docs/hooks.py: the tables and the role rendering the build uses)
+
+RESULTS = sorted((ROOT / "docs" / "results").glob("*.md"))
+TABLE_ROW = re.compile(r"^\s*\|(.+)\|\s*$")
+MAX_COLUMNS = 6  # what reads at 1280 px beside MkDocs Material's navigation
+
+
+def tables_of(markdown: str) -> list[tuple[int, bool]]:
+    """(columns, inside a collapsible block) of each Markdown table, by its header row."""
+    found, previous, collapsible = [], "", False
+    for line in markdown.splitlines():
+        if line.startswith("??? ") or line.startswith("???+ "):
+            collapsible = True
+        elif line and not line.startswith(" ") and not line.startswith("|"):
+            collapsible = False
+        if re.match(r"^\s*\|(\s*:?-+:?\s*\|)+\s*$", line) and TABLE_ROW.match(previous):
+            found.append((len(TABLE_ROW.match(previous).group(1).split("|")), collapsible))
+        previous = line
+    return found
+
+
+@pytest.mark.parametrize("page", RESULTS, ids=[p.name for p in RESULTS])
+def test_a_results_page_leads_with_a_compact_table(page: Path) -> None:
+    markdown = hooks.on_page_markdown(page.read_text(), None, None, None)
+    tables = tables_of(markdown)
+    if not tables:
+        pytest.skip(f"{page.name} renders no table (nothing measured yet)")
+    assert tables[0][0] <= MAX_COLUMNS, f"{page.name} leads with a {tables[0][0]}-column table"
+    if page.name.startswith("zoo-"):
+        wide = [columns for columns, _ in tables if columns > MAX_COLUMNS]
+        assert not wide, f"{page.name} has tables of {wide} columns"
+        assert any(inside for _, inside in tables), f"{page.name}: the per-case table is not in a collapsible block"
+
+
+def test_the_table_checker_sees_a_wide_table() -> None:
+    assert tables_of("| a | b |\n|---|---|\n| 1 | 2 |\n") == [(2, False)]
+    wide = "| " + " | ".join("abcdefgh") + " |\n" + "|---" * 8 + "|\n"
+    assert tables_of('??? note "x"\n\n    ' + wide.replace("\n", "\n    ")) == [(8, True)]
+
+
+def test_reST_roles_render_as_code() -> None:
+    html = "see :func:<code>~fxpool.convert</code> and :class:<code>fxpool.errors.FxpoolError</code>"
+    assert hooks.plain_roles(html) == "see <code>convert</code> and <code>fxpool.errors.FxpoolError</code>"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if importlib.util.find_spec("mkdocs") is None:
+        pytest.skip("MkDocs is not installed (the docs extra)")
+    out = tmp_path_factory.mktemp("site")
+    run = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(out)],
+        cwd=ROOT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    return out
+
+
+def test_api_page_documents_the_public_api_only(site: Path) -> None:
+    listed = re.findall(r"^::: fxpool\.(?:convert\.)?(\w+)$", (ROOT / "docs" / "api.md").read_text(), re.MULTILINE)
+    assert sorted(listed) == sorted(fxpool.__all__)
+    html = (site / "api" / "index.html").read_text()
+    headings = set(re.findall(r'<h3 id="([\w.]+)"', html))
+    public = {f"fxpool.{name}" for name in fxpool.__all__} | {"fxpool.convert.convert"}
+    assert headings and headings <= public, sorted(headings - public)
+    assert "enforce_strict" not in html and "_convert" not in html
+
+
+def test_api_page_has_no_raw_roles_and_its_doctest_is_code(site: Path) -> None:
+    html = (site / "api" / "index.html").read_text()
+    text = re.sub(r"<[^>]+>", "", html)
+    raw = re.findall(r":(?:func|class|meth|attr|mod|data|exc):`?\S+", text)
+    assert not raw, raw[:5]
+    assert "&gt;&gt;&gt;" in html and not re.search(r"<p>&gt;&gt;&gt;", html)  # in a code block, not a paragraph
+    assert re.search(r'<div class="highlight"><pre><span></span><code><span class="gp">&gt;&gt;&gt; ', html)
+
+
+def test_no_page_links_to_a_placeholder_address(site: Path) -> None:
+    for page in site.rglob("*.html"):
+        assert "example.invalid" not in page.read_text(), page
