@@ -3,10 +3,11 @@
 ``python -m model_zoo_checks.interception_overhead`` times, with one thread, in alternating rounds
 (the median of each):
 
-- a squeeze-excite pool (``F.adaptive_avg_pool2d(x, 1)``) called natively, its replacement called
-  directly, and the same call made inside an intercepted forward (the mode's lookup and the replacement);
-- entering and leaving the mode around one other op, and that op alone (what every call of an
-  intercepted forward pays, the mode's frame included);
+- a module whose forward makes a squeeze-excite pool (``F.adaptive_avg_pool2d(x, 1)``), original and
+  converted, beside the native pool and its replacement alone: what interception adds per pool call is
+  (converted - original) - (replacement - native);
+- entering and leaving the mode, and ten other ops with and without it: what each other torch call of
+  an intercepted forward (its submodules' too) pays;
 - one efficientnet_pytorch MBConvBlock and the whole EfficientNet-b0 at 224, original against converted
   (where efficientnet_pytorch is installed: ``pip install ".[thirdparty]"``).
 """
@@ -45,30 +46,52 @@ class _SqueezePool(torch.nn.Module):
         return F.adaptive_avg_pool2d(x, 1)
 
 
-class _OneOp(torch.nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.neg()
-
-
 def pool_call(shape: tuple[int, ...], calls: int, rounds: int) -> dict[str, float]:
-    """Microseconds per pool call: native, the replacement alone, and through an intercepted forward."""
+    """Microseconds per call: the original module and the converted one (whose forward is intercepted), the
+    native pool and the replacement alone, and what interception adds per pool call: (converted - original)
+    - (replacement - native)."""
     x = torch.randn(shape)
-    converted = fxpool.convert(_SqueezePool(), x, strict=True)
+    original = _SqueezePool()
+    converted = fxpool.convert(original, x, strict=True)
     assert isinstance(converted.forward, InterceptingForward)
     replacement = converted.fxpool_calls.replacements["0"]
-    plain_op = fxpool.convert(torch.nn.Sequential(_OneOp(), _SqueezePool()), x, strict=True)
+    converted(x)  # the mode is made on the first call
+    mode = converted.forward._mode
+    assert mode is not None
+
+    def ten_ops_in_mode() -> None:
+        with mode:
+            for _ in range(10):
+                x.neg()
+
+    def ten_ops() -> None:
+        for _ in range(10):
+            x.neg()
+
+    def enter_and_leave() -> None:
+        with mode:
+            pass
+
     with torch.no_grad():
-        return _median_us(
+        timings = _median_us(
             {
+                "original module (native pool)": lambda: original(x),
+                "converted module (intercepted)": lambda: converted(x),
                 "native F.adaptive_avg_pool2d": lambda: F.adaptive_avg_pool2d(x, 1),
-                "replacement called directly": lambda: replacement(x),
-                "intercepted forward (mode + lookup + replacement)": lambda: converted(x),
-                "one other op alone": lambda: x.neg(),
-                "one other op in an intercepted forward's mode": lambda: plain_op[0](x),
+                "replacement alone": lambda: replacement(x),
+                "mode entered and left": enter_and_leave,
+                "10 other ops": ten_ops,
+                "10 other ops inside the mode": ten_ops_in_mode,
             },
             calls,
             rounds,
         )
+    timings["interception per pool call (derived)"] = (
+        timings["converted module (intercepted)"] - timings["original module (native pool)"]
+    ) - (timings["replacement alone"] - timings["native F.adaptive_avg_pool2d"])
+    inside = timings["10 other ops inside the mode"] - timings["mode entered and left"]
+    timings["mode per other op (derived)"] = (inside - timings["10 other ops"]) / 10
+    return timings
 
 
 def efficientnet(size: int, calls: int, rounds: int) -> dict[str, float]:
@@ -105,7 +128,7 @@ def main() -> None:
     options = parser.parse_args()
     torch.set_num_threads(1)
     results: dict[str, dict[str, float]] = {}
-    for shape in ((1, 32, 112, 112), (1, 240, 28, 28), (1, 1152, 7, 7)):
+    for shape in ((1, 32, 112, 112), (1, 1152, 7, 7), (1, 8, 4, 4)):
         results[f"pool call {shape}"] = pool_call(shape, options.calls, options.rounds)
     try:
         results["efficientnet_pytorch b0, 224"] = efficientnet(224, options.calls // 4, options.rounds)
