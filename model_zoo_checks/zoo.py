@@ -486,8 +486,8 @@ def _quiet_exporters():
 def _census_disagreement(case: Case) -> str:
     """Why the pools the models call and the pools the report lists disagree ("" when they agree).
 
-    The report has one record per pool (a module object, a graph node, a call left in untraceable
-    code), each with the number of calls the conversion saw of it; the census counts calls at run
+    The report has one record per pool (a module object, one size of a module called at several, a
+    functional call of a module's forward), each with the number of calls the conversion saw of it; the census counts calls at run
     time, so the two must be equal, and the converted model must make exactly the calls of the pools
     the report leaves to PyTorch. With torch.onnx.is_in_onnx_export() true, the converted model may
     call no pool but those left: the branch the ONNX exporters take is converted too."""
