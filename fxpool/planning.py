@@ -14,8 +14,8 @@ kind            when                                         computed by
 ``reduce``      output 1                                      mean / amax over the axis
 ``pool``        all windows one length k, starts step s        AvgPool / MaxPool(kernel k, stride s)
 ``upsample``    output == r * input for an integer r >= 2       nearest upsampling
-``sliding``     average family, windows of at most             one stride-1 AvgPool per window length,
-                ``SLIDING_MAX_LENGTH``                         then a constant-index gather of the starts
+``sliding``     average family, windows of 2 to                 one stride-1 AvgPool per window length,
+                ``SLIDING_MAX_LENGTH`` entries                 then a constant-index gather of the starts
 ``slices``      average family, at most ``SLICES_MAX_WINDOWS``  each window sliced and averaged, then
                 windows                                       concatenated
 ``gather``      anything else                                  constant-index gather of each window, padded
@@ -60,12 +60,14 @@ AxisKind = Literal["identity", "reduce", "pool", "upsample", "sliding", "slices"
 DecisionAction = Literal["exact", "dynamic", "left"]
 
 # Which exact form a general average axis gets, fitted to onnxruntime on the CPU (one thread;
-# ``python -m model_zoo_checks.benchmarks --sections pools``): a stride-1 AvgPool reads each entry once
-# per window length that covers it, so it wins while windows are short (10->7 at 8x512: 2.3 ms against
-# 4.0 ms for slices; 13->6: 0.18 against 0.49), and slicing each window wins once they are long (64->6:
-# 1.6 ms against 4.7; 1d 1000->101: 1.0 against 7.7), while the windows are few enough that one Slice
-# and one ReduceMean per window cost little; beyond that the windows are gathered, zero-padded.
-SLIDING_MAX_LENGTH = 5
+# ``python -m model_zoo_checks.benchmarks --sections avgforms``): a stride-1 AvgPool reads each entry
+# once per window length that covers it, so it wins only while windows are short and the plane small with
+# many channels (10->7 and 14->6 at 8x512: 4.0 and 4.4 ms against 6.2 and 7.7 for slices); slicing each
+# window wins from windows of 4 on (20->7: 1.4 against 1.8; 64->6: 10 against 23; 1d 1000->101: 18
+# against 58) and wherever a window is one entry (up-sampling 6->17: 1.4 against 6.1, the stride-1 form
+# copying the whole input for its length-1 block), while the windows are few enough that one Slice and
+# one ReduceMean each cost little; beyond that the windows are gathered, zero-padded.
+SLIDING_MAX_LENGTH = 3
 SLICES_MAX_WINDOWS = 128
 # The max family's ONNX form (window maxima) moves the spatial axes in front of the others where its
 # last-axis gathers would copy at least this many entries one by one per input entry
@@ -363,6 +365,8 @@ def _sliding_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool
         return "max family: windows are gathered, so a tie's gradient lands where PyTorch's does"
     if lengths[-1] > SLIDING_MAX_LENGTH:
         return f"windows of up to {lengths[-1]} entries (sliding pools up to {SLIDING_MAX_LENGTH})"
+    if lengths[0] == 1:
+        return "windows of one entry (up-sampling): slices copy less"
     return AxisChoice(
         "sliding",
         in_size,

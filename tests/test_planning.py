@@ -31,7 +31,7 @@ from fxpool.planning import (
         ("avg", 2000, 150, "gather"),
         ("max", 1, 1, "identity"),  # identity comes before reduce
         ("avg", 3, 6, "upsample"),
-        ("avg", 4, 6, "sliding"),
+        ("avg", 4, 6, "slices"),
     ],
 )
 def test_first_rule_that_applies_wins(family: str, in_size: int, out_size: int, kind: str) -> None:
@@ -53,8 +53,9 @@ def test_every_axis_says_why_in_the_plan() -> None:
 
 def test_sliding_and_slices_limits_at_their_boundaries() -> None:
     # the longest window decides sliding; the number of windows decides slices against gather
-    assert choose_axis("avg", 19, 5).kind == "sliding" and max(planning.window_lengths(19, 5)) == SLIDING_MAX_LENGTH
-    assert choose_axis("avg", 22, 5).kind == "slices" and max(planning.window_lengths(22, 5)) == SLIDING_MAX_LENGTH + 1
+    assert choose_axis("avg", 10, 7).kind == "sliding" and max(planning.window_lengths(10, 7)) == SLIDING_MAX_LENGTH
+    assert choose_axis("avg", 8, 3).kind == "slices" and max(planning.window_lengths(8, 3)) == SLIDING_MAX_LENGTH + 1
+    assert choose_axis("avg", 6, 17).kind == "slices"  # windows of one entry: up-sampling
     long_windows = SLICES_MAX_WINDOWS * 10 - 1  # windows of 10 entries, not a uniform stride
     assert choose_axis("avg", long_windows, SLICES_MAX_WINDOWS).kind == "slices"
     assert choose_axis("avg", long_windows + 10, SLICES_MAX_WINDOWS + 1).kind == "gather"
