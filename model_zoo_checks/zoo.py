@@ -2,7 +2,7 @@
 
 Run ``python -m model_zoo_checks.zoo`` (the README's main command) for the default set (a dozen
 torchvision models and a few timm, smp, transformers and MONAI ones, those installed), ``--all`` for
-every model of the suites (``--suite torchvision|timm|smp|transformers|monai|all``; see
+every model of the suites (``--suite torchvision|timm|smp|transformers|monai|thirdparty|all``; see
 :mod:`model_zoo_checks.catalog`). Per (model, input shape) it records the adaptive pools the original
 calls, counted by :mod:`model_zoo_checks.census` independently of fxpool's report (in eager and with
 ``torch.onnx.is_in_onnx_export()`` true), the pools and their replacements, the eager error of the
@@ -643,7 +643,7 @@ def _shard(text: str) -> tuple[int, int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fxpool zoo", description="model-zoo sweep (torchvision, timm, smp, transformers, monai)")
+    parser = argparse.ArgumentParser(prog="fxpool zoo", description="model-zoo sweep (torchvision, timm, smp, transformers, monai, thirdparty)")
     parser.add_argument(
         "--models",
         nargs="*",
