@@ -643,7 +643,9 @@ def _shard(text: str) -> tuple[int, int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fxpool zoo", description="model-zoo sweep (torchvision, timm, smp, transformers, monai, thirdparty)")
+    parser = argparse.ArgumentParser(
+        prog="fxpool zoo", description="model-zoo sweep (torchvision, timm, smp, transformers, monai, thirdparty)"
+    )
     parser.add_argument(
         "--models",
         nargs="*",
