@@ -288,6 +288,7 @@ def _run_program(args: argparse.Namespace, program: Any) -> int:
 
     from .convert import convert, enforce_strict
     from .errors import FxpoolError
+    from .exporting import check_opset, check_written_opset, require_export_dependencies
     from .report import report_of
     from .verifying import op_histogram, verify_onnx
 
@@ -300,6 +301,11 @@ def _run_program(args: argparse.Namespace, program: Any) -> int:
             f"fxpool {args.command}: {', '.join(fixed)} cannot apply to a .pt2 program: it keeps the device, dtype and "
             f"dynamic dimensions it was exported with, and exports through the dynamo exporter"
         )
+    opset = getattr(args, "opset", None)  # export's option only
+    options: dict[str, Any] = {"dynamo": True} if opset is None else {"dynamo": True, "opset_version": opset}
+    if args.command == "export":  # what fxpool.export checks first: the extra installed, the opset written as asked
+        require_export_dependencies(options, not args.no_verify, "fxpool export")
+        check_opset(options)
     example = None if args.input_shape is None else torch.randn(args.input_shape)
     converted = convert(program, example, quantizable=getattr(args, "quantizable", False))
     report = report_of(converted)
@@ -318,8 +324,8 @@ def _run_program(args: argparse.Namespace, program: Any) -> int:
             if refused is not None:
                 print(f"fxpool {args.command}: {type(refused).__name__}: {refused}", file=sys.stderr)
         return code
-    options: dict[str, Any] = {"dynamo": True} if args.opset is None else {"dynamo": True, "opset_version": args.opset}
     torch.onnx.export(converted, f=args.output, **options)
+    check_written_opset(args.output, opset)
     checked = None
     if not args.no_verify:
         original = program.module()

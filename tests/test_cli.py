@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -238,3 +239,19 @@ def test_zoo_outside_a_checkout_says_how_to_get_it(tmp_path, monkeypatch, capsys
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     assert "zoo" not in capsys.readouterr().out  # not offered where it cannot run
+
+
+def test_a_pt2_export_checks_the_opset_and_the_extra_as_fxpool_export_does(tmp_path, monkeypatch, capsys) -> None:
+    import torch
+    from torch import nn
+
+    converting = importlib.import_module("fxpool.convert")  # the module (fxpool.convert is the function)
+    path = tmp_path / "model.pt2"
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d((5, 7))).eval()
+    torch.export.save(torch.export.export(model, (torch.randn(1, 3, 17, 19),)), path)
+    monkeypatch.setattr(converting, "convert", lambda *a, **k: pytest.fail("converted before the checks"))
+    assert cli.main(["export", str(path), "-o", str(tmp_path / "m.onnx"), "--opset", "11"]) == 2
+    assert "UnsupportedOpsetError: opset_version=11: the dynamo exporter writes opsets 18" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "onnxscript", None)
+    assert cli.main(["export", str(path), "-o", str(tmp_path / "m.onnx")]) == 2
+    assert 'pip install "fxpool[onnx]"' in capsys.readouterr().err
