@@ -38,13 +38,8 @@ class Built:
     changed: bool
 
 
-def build(
-    root: nn.Module, found: FoundPools, decisions: Sequence[SiteDecision], fallback_device: torch.device, quantizable: bool = False
-) -> Built:
-    """Put the replacement of every replaced site of ``found`` into ``root`` (the caller's copy).
-
-    ``quantizable``: the replacements trace their averaging matrices as an einsum (see
-    :func:`~fxpool.replacements.einsum_along`)."""
+def build(root: nn.Module, found: FoundPools, decisions: Sequence[SiteDecision], fallback_device: torch.device) -> Built:
+    """Put the replacement of every replaced site of ``found`` into ``root`` (the caller's copy)."""
     swaps: dict[nn.Module, nn.Module] = {}
     tables: dict[int, tuple[nn.Module, PoolCalls]] = {}  # by the module that owns or is replaced by the table
     replaced_tables: set[int] = set()
@@ -53,7 +48,7 @@ def build(
         site = chosen.site
         if site.owner is None and site.module is None:
             continue  # left where it is, or already converted
-        replacement = replacement_module(chosen, site.events[0], fallback_device, quantizable) if chosen.replaced else None
+        replacement = replacement_module(chosen, site.events[0], fallback_device) if chosen.replaced else None
         changed |= replacement is not None
         plan = chosen.decision.plan
         agnostic = chosen.decision.action == "dynamic" or (plan is not None and plan.size_agnostic)
@@ -86,9 +81,7 @@ def build(
     return Built(root, True)
 
 
-def replacement_module(
-    chosen: SiteDecision, event: PoolEvent, fallback_device: torch.device, quantizable: bool = False
-) -> nn.Module:
+def replacement_module(chosen: SiteDecision, event: PoolEvent, fallback_device: torch.device) -> nn.Module:
     """The module that computes the decided plan (or the dynamic-size form) for ``event``'s pool."""
     decision, location = chosen.decision, chosen.site.location
     plan = decision.plan

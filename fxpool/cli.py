@@ -122,11 +122,6 @@ def build_parser(with_zoo: bool, program: bool = False) -> argparse.ArgumentPars
     )
     export.add_argument("--dynamic-batch", action="store_true", help="make axis 0 of the input dynamic")
     export.add_argument("--no-verify", action="store_true", help="skip onnx.checker and onnxruntime")
-    export.add_argument(
-        "--quantizable",
-        action="store_true",
-        help="averaging matrices as ONNX Einsum, which onnxruntime's quantizers leave in float as they do the native pools",
-    )
     if with_zoo:
         zoo = commands.add_parser("zoo", help="run the model-zoo sweep of this checkout (model_zoo_checks)", add_help=False)
         zoo.add_argument("rest", nargs=argparse.REMAINDER)
@@ -258,7 +253,6 @@ def _run(args: argparse.Namespace) -> int:
         verify=not args.no_verify,
         dynamic=args.dynamic_hw,
         strict=args.strict,
-        quantizable=args.quantizable,
         **options,
     )
     if args.json:
@@ -307,7 +301,7 @@ def _run_program(args: argparse.Namespace, program: Any) -> int:
         require_export_dependencies(options, not args.no_verify, "fxpool export")
         check_opset(options)
     example = None if args.input_shape is None else torch.randn(args.input_shape)
-    converted = convert(program, example, quantizable=getattr(args, "quantizable", False))
+    converted = convert(program, example)
     report = report_of(converted)
     refused: FxpoolError | None = None
     if args.strict:

@@ -57,7 +57,6 @@ def convert(
     example_kwargs: Mapping[str, Any] | None = None,
     strict: bool = False,
     dynamic: bool = False,
-    quantizable: bool = False,
 ) -> ExportedProgram: ...
 
 
@@ -69,7 +68,6 @@ def convert(
     example_kwargs: Mapping[str, Any] | None = None,
     strict: bool = False,
     dynamic: bool = False,
-    quantizable: bool = False,
 ) -> nn.Module: ...
 
 
@@ -80,7 +78,6 @@ def convert(
     example_kwargs: Mapping[str, Any] | None = None,
     strict: bool = False,
     dynamic: bool = False,
-    quantizable: bool = False,
 ) -> nn.Module | ExportedProgram:
     """Return a model that computes the same function with every adaptive pool replaced exactly.
 
@@ -98,11 +95,7 @@ def convert(
     :func:`~fxpool.report.report_of` gives its :class:`~fxpool.report.ConversionReport`. With
     ``strict=True`` any pool that would be left to PyTorch raises
     :class:`~fxpool.errors.UnconvertedPoolError`, and a self-check that did not pass at once raises
-    :class:`~fxpool.errors.SelfCheckError`. With ``quantizable=True`` the replacements trace their
-    averaging matrices as an einsum rather than a matmul (ONNX ``Einsum``, needing opset 12 or later;
-    a batched matmul under ``torch.export``): onnxruntime's quantizers, NNCF and PyTorch 2 export
-    quantization then leave them in float, as they leave the native pools, instead of rounding the
-    1/k entries to 8 bits.
+    :class:`~fxpool.errors.SelfCheckError`.
 
     Examples:
         >>> import torch, torchvision
@@ -118,13 +111,13 @@ def convert(
     (``program.module()``) a rewritten copy: see :mod:`fxpool.programs`.
     """
     if isinstance(model, ExportedProgram) or has_aten_pools(model):
-        return _convert_program(model, example_input, example_kwargs, strict, dynamic, quantizable)
+        return _convert_program(model, example_input, example_kwargs, strict, dynamic)
     if example_input is None:
         raise TypeError(
             "fxpool.convert(model, example_input): an nn.Module needs its example input (only a torch.export program "
             "carries its own)"
         )
-    converted, report = _convert(model, read_example(example_input, example_kwargs), dynamic, quantizable)
+    converted, report = _convert(model, read_example(example_input, example_kwargs), dynamic)
     if strict:
         enforce_strict(report, for_export=False)
     else:
@@ -154,26 +147,6 @@ def enforce_strict(report: ConversionReport, *, for_export: bool) -> None:
         )
     if report.check is not None and (report.check.actions or report.check.status not in ("passed", "skipped")):
         raise SelfCheckError(f"strict=True and the self-check did not pass at once: {report.check.summary()}")
-
-
-def _convert_program(
-    model: Any, example_input: Any, example_kwargs: Mapping[str, Any] | None, strict: bool, dynamic: bool, quantizable: bool
-) -> Any:
-    """``convert`` of a torch.export program, or of a GraphModule calling ATen pool operators (fxpool.programs)."""
-    example = None if example_input is None else read_example(example_input, example_kwargs)
-    converted: Any
-    if isinstance(model, ExportedProgram):
-        converted, report = convert_program(model, example, dynamic=dynamic, quantizable=quantizable)
-    elif example is None:
-        raise TypeError("fxpool.convert(graph_module, example_input): a GraphModule needs its example input")
-    else:
-        converted, report = convert_aten_graph(model, example, dynamic=dynamic, quantizable=quantizable)
-    if strict:
-        enforce_strict(report, for_export=False)
-    else:
-        warn_left(report, for_export=False, stacklevel=4)  # the caller of convert, through this function
-    attach_report(converted, report)
-    return converted
 
 
 def warn_left(report: ConversionReport, *, for_export: bool, stacklevel: int = 3) -> None:
@@ -210,6 +183,24 @@ def _log_decisions(report: ConversionReport) -> None:
     log.info("converted %d of %d adaptive pool(s); self-check %s", len(report.converted), len(report.records), check)
 
 
+def _convert_program(model: Any, example_input: Any, example_kwargs: Mapping[str, Any] | None, strict: bool, dynamic: bool) -> Any:
+    """``convert`` of a torch.export program, or of a GraphModule calling ATen pool operators (fxpool.programs)."""
+    example = None if example_input is None else read_example(example_input, example_kwargs)
+    converted: Any
+    if isinstance(model, ExportedProgram):
+        converted, report = convert_program(model, example, dynamic=dynamic)
+    elif example is None:
+        raise TypeError("fxpool.convert(graph_module, example_input): a GraphModule needs its example input")
+    else:
+        converted, report = convert_aten_graph(model, example, dynamic=dynamic)
+    if strict:
+        enforce_strict(report, for_export=False)
+    else:
+        warn_left(report, for_export=False, stacklevel=4)  # the caller of convert, through this function
+    attach_report(converted, report)
+    return converted
+
+
 def explain(
     model: nn.Module | ExportedProgram,
     example_input: Any = None,
@@ -219,7 +210,7 @@ def explain(
 ) -> ConversionReport:
     """The report ``convert`` would produce (every pool, its replacement and why), without the converted model."""
     if isinstance(model, ExportedProgram) or has_aten_pools(model):
-        return report_of(_convert_program(model, example_input, example_kwargs, False, dynamic, False))
+        return report_of(_convert_program(model, example_input, example_kwargs, False, dynamic))
     return _convert(model, read_example(example_input, example_kwargs), dynamic)[1]
 
 
@@ -237,7 +228,7 @@ class _Round:
         return ConversionReport(records, self.found.intercepted, check=self.check)
 
 
-def _convert(model: nn.Module, example: Example, dynamic: bool, quantizable: bool = False) -> tuple[nn.Module, ConversionReport]:
+def _convert(model: nn.Module, example: Example, dynamic: bool) -> tuple[nn.Module, ConversionReport]:
     if isinstance(model, torch.jit.ScriptModule):
         raise UnsupportedModelError(
             f"fxpool.convert got a TorchScript module ({type(model).__name__}); TorchScript code cannot be "
@@ -264,7 +255,7 @@ def _convert(model: nn.Module, example: Example, dynamic: bool, quantizable: boo
             copy = structural_copy(model)
             found = find_pools(copy, recording)
             decisions = tuple(decide(site, dynamic=dynamic, undone=undo.replacements.get(site.location)) for site in found.sites)
-            built = build(copy, found, decisions, fallback_device, quantizable)
+            built = build(copy, found, decisions, fallback_device)
             again = any(site.already is not None for site in found.sites)
             check = _check(built.root, example, recording) if built.changed else _unchanged_check(bool(applied), again)
             result = _Round(found, decisions, built.root, check.with_actions(applied))

@@ -75,7 +75,6 @@ def export(
     verify: bool = True,
     dynamic: bool = False,
     strict: bool = False,
-    quantizable: bool = False,
     rtol: float = 1e-4,
     atol: float = 1e-5,
     **kwargs: Any,
@@ -92,8 +91,8 @@ def export(
     ``example_input`` is ``torch.onnx.export``'s ``args`` and a ``kwargs=`` keyword its
     ``kwargs``, read the same way (a dict ending ``args`` holds the keyword arguments). ``f`` is a
     path or, as for ``torch.onnx.export``, a binary file object, written only once the graph verifies.
-    ``quantizable`` is `convert`'s. `ExportResult.pool_nodes` names the ONNX nodes
-    each replacement became (for a quantizer's list of nodes to keep in float, say).
+    `ExportResult.pool_nodes` names the ONNX nodes each replacement became (for a quantizer's list of
+    nodes to keep in float, say).
 
     Before any conversion work, the exporter's and the verification's packages are imported (a missing
     one raises `MissingDependencyError` with the ``pip install`` line) and ``opset_version`` is checked
@@ -109,7 +108,7 @@ def export(
             "batch statistics make onnxruntime and PyTorch disagree by design; pass verify=False"
         )
     reference = structural_copy(model, clone_buffers=True).train(train)
-    converted = _convert_for_export(reference, example, dynamic, quantizable, strict)
+    converted = _convert_for_export(reference, example, dynamic, strict)
     refuse_dynamic_spatial_axes_for(converted, kwargs)
     if hasattr(f, "write"):  # a file object, as torch.onnx.export takes: export and verify a file, then copy it
         with tempfile.TemporaryDirectory() as folder:
@@ -128,11 +127,11 @@ def export(
     return _export_file(converted, reference, example, path, verify, rtol, atol, kwargs)
 
 
-def _convert_for_export(model: nn.Module, example: Example, dynamic: bool, quantizable: bool, strict: bool) -> nn.Module:
+def _convert_for_export(model: nn.Module, example: Example, dynamic: bool, strict: bool) -> nn.Module:
     """``convert``, judged as the export will be: pools the export lowers exactly are neither refused nor warned of."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnconvertedPoolWarning)  # said below, for the pools the export leaves
-        converted = convert(model, example, dynamic=dynamic, quantizable=quantizable)
+        converted = convert(model, example, dynamic=dynamic)
     if strict:
         enforce_strict(report_of(converted), for_export=True)
     else:
@@ -404,7 +403,6 @@ def _export_with_translations(export_fn: Any, model: Any, args: Any, f: Any, *re
 class _HookOptions:
     strict: bool
     dynamic: bool
-    quantizable: bool
 
 
 _hooks_here = threading.local()  # .active: this thread's entered hooks, innermost last
@@ -423,9 +421,7 @@ def _hooked_export(model: Any, args: Any = (), f: Any = None, *rest: Any, **kwar
     require_export_dependencies(kwargs, False, "torch.onnx.export under fxpool.onnx_export_hook")
     check_opset(kwargs)
     if isinstance(model, nn.Module) and not hasattr(model, REPORT_ATTRIBUTE):
-        model = _convert_for_export(
-            model, read_example(args, kwargs.get("kwargs")), options.dynamic, options.quantizable, options.strict
-        )
+        model = _convert_for_export(model, read_example(args, kwargs.get("kwargs")), options.dynamic, options.strict)
     report = getattr(model, REPORT_ATTRIBUTE, None)
     if isinstance(model, nn.Module) and report is not None:
         refuse_dynamic_spatial_axes_for(model, kwargs)
@@ -440,7 +436,7 @@ def _hooked_export(model: Any, args: Any = (), f: Any = None, *rest: Any, **kwar
 
 
 @contextmanager
-def onnx_export_hook(*, strict: bool = False, dynamic: bool = False, quantizable: bool = False) -> Iterator[None]:
+def onnx_export_hook(*, strict: bool = False, dynamic: bool = False) -> Iterator[None]:
     """Within this block, ``torch.onnx.export(model, args, ...)`` exports ``fxpool.convert(model, args)``.
 
     The caller's model is untouched; already-converted models are exported as they are. The hook
@@ -448,7 +444,7 @@ def onnx_export_hook(*, strict: bool = False, dynamic: bool = False, quantizable
     may be left in any order; ``torch.onnx.export`` is restored when the last one is left.
     """
     global _hooks_entered, _unpatched_export
-    options = _HookOptions(strict, dynamic, quantizable)
+    options = _HookOptions(strict, dynamic)
     with LOCK:
         if _hooks_entered == 0:
             _unpatched_export = torch.onnx.export

@@ -19,7 +19,9 @@ is a site of its own (``export_branch``). Nothing here decides or changes anythi
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -178,7 +180,36 @@ def _scripted(module: torch.jit.ScriptModule, name: str) -> list[PoolSite]:
         call = PoolCall(family, dims, f"nn.{class_name}", "module", output_size)
         location = ".".join(part for part in (name, sub_name) if part) or "<root>"
         sites.append(PoolSite(location, call, (), left=reason))
+    return sites + _scripted_calls(module, name, len(sites))
+
+
+def _scripted_calls(module: torch.jit.ScriptModule, name: str, pool_modules: int) -> list[PoolSite]:
+    """Functional pool calls in the TorchScript code of ``module`` (its inlined graph holds the pool
+    modules' calls too, found by class above): each a site left with the reason, so a scripted pool is
+    never unreported."""
+    reason = (
+        "a functional call inside a TorchScript (torch.jit.script) submodule, which fxpool can neither see "
+        "into nor rewrite; script it after converting instead"
+    )
+    graph = getattr(module, "inlined_graph", None)
+    if graph is None:
+        return []
+    ops = [n.kind().split("::")[-1] for n in _all_nodes(graph.nodes()) if "adaptive_" in n.kind() and "pool" in n.kind()]
+    sites = []
+    for index, op in enumerate(ops[pool_modules:]):
+        family: PoolFamily = "max" if "max" in op else "avg"
+        dims = int(op[-2]) if op[-2].isdigit() else 2
+        call = PoolCall(family, dims, f"torch.{op}", "functional", None)
+        sites.append(PoolSite(f"{name or '<root>'}:{op}#{index}", call, (), left=reason))
     return sites
+
+
+def _all_nodes(nodes: Any) -> Iterator[Any]:
+    """TorchScript graph nodes, those inside if/loop blocks too."""
+    for node in nodes:
+        yield node
+        for block in node.blocks():
+            yield from _all_nodes(block.nodes())
 
 
 def _spatial(event: PoolEvent) -> tuple[int, ...]:

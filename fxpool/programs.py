@@ -197,15 +197,14 @@ def _values_of(node: fx.Node) -> tuple[fx.Node | None, str | None]:
 
 
 def convert_aten_graph(
-    gm: fx.GraphModule, example: Example, scope: str = GRAPH_SCOPE, *, dynamic: bool = False, quantizable: bool = False
+    gm: fx.GraphModule, example: Example, scope: str = GRAPH_SCOPE, *, dynamic: bool = False
 ) -> tuple[fx.GraphModule, ConversionReport]:
     """A copy of ``gm`` with every ATen pool node it can replace calling fxpool's exact form, and the report.
 
     The copy shares ``gm``'s parameters and buffers; its own graph holds ``call_module`` nodes to the
     replacements (attributes ``fxpool_pool_N``). Raises :class:`~fxpool.errors.SelfCheckError` where a
     replacement or the whole graph differs from the original on ``example``. ``dynamic`` is
-    ``fxpool.convert``'s (a symbolic spatial size asks for the dynamic form anyway); ``quantizable`` is
-    accepted as ``convert`` accepts it, and changes nothing: the replacements hold no averaging matrices.
+    ``fxpool.convert``'s (a symbolic spatial size asks for the dynamic form anyway).
     """
     with LOCK:
         sites = find_aten_pools(gm, scope)
@@ -221,7 +220,7 @@ def convert_aten_graph(
 
 
 def convert_program(
-    program: ExportedProgram, example: Example | None = None, *, dynamic: bool = False, quantizable: bool = False
+    program: ExportedProgram, example: Example | None = None, *, dynamic: bool = False
 ) -> tuple[ExportedProgram, ConversionReport]:
     """A new program with every ATen pool it can replace in fxpool's exact form, and the report.
 
@@ -233,7 +232,7 @@ def convert_program(
         example = program_example(program)
     gm = program.module()
     assert isinstance(gm, fx.GraphModule)
-    converted, report = convert_aten_graph(gm, example, PROGRAM_SCOPE, dynamic=dynamic, quantizable=quantizable)
+    converted, report = convert_aten_graph(gm, example, PROGRAM_SCOPE, dynamic=dynamic)
     if not report.converted:
         return copy.copy(program), report  # a new program object over the same graph: nothing was replaced
     with LOCK:

@@ -33,6 +33,7 @@ from .copying import structural_copy, tree_index
 from .errors import ExampleInputError, FxpoolError, PoolCallError, error_summary
 from .example import Example, example_run
 from .globalstate import export_flag
+from .planning import PoolFamily
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _FXPOOL_DIR = os.path.dirname(__file__)
@@ -284,7 +285,8 @@ def already_converted(module: nn.Module) -> tuple[PoolCall, str] | None:
     reference = getattr(type(module), "fxpool_native_reference", None)
     if reference is None or not type(module).__module__.startswith("fxpool."):
         return None
-    family, out_sizes = getattr(module, "fxpool_native_reference")
+    native: tuple[PoolFamily, tuple[int | None, ...]] = module.fxpool_native_reference  # type: ignore[assignment]
+    family, out_sizes = native
     dims = len(out_sizes)
     call = PoolCall(family, dims, f"fxpool.{type(module).__name__}", "module", tuple(out_sizes))
     plan = getattr(module, "plan", None)

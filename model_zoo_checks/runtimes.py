@@ -71,8 +71,8 @@ def _torchvision(name: str) -> Callable[[], nn.Module]:
 
 # name: (builder, input shape, what it shows)
 MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], str]] = {
-    "kron 10->7": (lambda: _pooled(nn.AdaptiveAvgPool2d(7)), (1, 3, 10, 10), "Kronecker matmul"),
-    "separable 33->6": (lambda: _pooled(nn.AdaptiveAvgPool2d(6)), (1, 3, 33, 33), "separable matmuls"),
+    "sliding 10->7": (lambda: _pooled(nn.AdaptiveAvgPool2d(7)), (1, 3, 10, 10), "sliding AvgPools"),
+    "slices 33->6": (lambda: _pooled(nn.AdaptiveAvgPool2d(6)), (1, 3, 33, 33), "window slices"),
     "uniform 7->3": (lambda: _pooled(nn.AdaptiveAvgPool2d(3)), (1, 3, 7, 7), "AvgPool k=3 s=2"),
     "upsample 4x5->16x20": (lambda: _pooled(nn.AdaptiveAvgPool2d((16, 20))), (1, 3, 4, 5), "nearest upsample"),
     "mean 9->1": (lambda: _pooled(nn.AdaptiveAvgPool2d(1)), (1, 3, 9, 9), "mean"),

@@ -23,8 +23,8 @@ class EverySpelling(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.bn(self.conv(x))  # (N, 4, 10, 10)
         parts = [
-            self.module_2d(x),  # 10 -> 7: matrix
-            self.module_none(x),  # (None, 3): identity x matrix
+            self.module_2d(x),  # 10 -> 7: sliding windows
+            self.module_none(x),  # (None, 3): identity x pooling
             F.adaptive_avg_pool2d(x, 5),  # 10 -> 5: pooling
             F.adaptive_avg_pool2d(x, output_size=(2, 20)),  # keyword; 10 -> 20 upsample
             torch._C._nn.adaptive_avg_pool2d(x, (1, 1)),  # mean

@@ -21,12 +21,8 @@ ALLOWED: dict[str, set[str]] = {
     "replacements": {"errors", "planning", "windows"},
     "dynamic": {"errors", "planning", "windows", "replacements"},
 }
-ALLOWED["recording"] = ALLOWED["intercepting"] = ALLOWED["checking"] = ALLOWED["report"] = set().union(*ALLOWED.values(), ALLOWED) | {
-    "recording",
-    "intercepting",
-    "checking",
-    "report",
-}
+GRAPH_WORK = set().union(*ALLOWED.values(), ALLOWED) | {"recording", "intercepting", "checking", "report"}
+ALLOWED["recording"] = ALLOWED["intercepting"] = ALLOWED["checking"] = ALLOWED["report"] = GRAPH_WORK
 # The conversion's stages, in pipeline order: each may import the stages before it.
 ALLOWED["finding"] = set(ALLOWED["recording"])
 ALLOWED["deciding"] = ALLOWED["finding"] | {"finding"}

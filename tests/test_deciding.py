@@ -32,9 +32,9 @@ def test_a_pool_gets_its_plan_and_a_record_that_says_what_and_why() -> None:
     chosen = decide(pool, dynamic=False)
     assert chosen.replaced and chosen.decision.action == "exact"
     record = chosen.record
-    assert record is not None and record.converted and record.kind == "kron-matmul"
+    assert record is not None and record.converted and record.kind == "sliding"
     assert record.location == "pool" and record.input_shape == (2, 3, 10, 10) and record.output_shape == (2, 3, 7, 7)
-    assert record.output_size == "(7, 7)" and "averaging matrix" in record.reason and not record.export_branch
+    assert record.output_size == "(7, 7)" and "a stride-1 AvgPool per length" in record.reason and not record.export_branch
     scaled = decide(area, dynamic=False).record
     assert scaled is not None and scaled.output_size == "scale_factor: (5, 5)" and not scaled.size_agnostic
 

@@ -33,7 +33,7 @@ def pyramid(bins: tuple[int, ...] = (1, 2, 3, 6)) -> nn.Module:
 
 
 REAL_MODELS = {
-    "vgg11": (lambda: torchvision.models.vgg11(weights=None).eval(), (2, 3, 160, 160)),  # 5 -> 7: kron-matmul
+    "vgg11": (lambda: torchvision.models.vgg11(weights=None).eval(), (2, 3, 160, 160)),  # 5 -> 7: window slices
     "resnet18": (lambda: torchvision.models.resnet18(weights=None).eval(), (2, 3, 160, 160)),
     "efficientnet_b0": (lambda: torchvision.models.efficientnet_b0(weights=None).eval(), (2, 3, 160, 160)),
     "pspnet_resnet18": (pyramid, (2, 3, 320, 320)),  # 40 -> 1, 2, 3, 6

@@ -105,7 +105,7 @@ def test_a_lone_tensor_and_a_lone_dict_are_one_argument_and_keyword_arguments() 
 def test_a_model_taking_a_dict_converts_and_exports_with_torch_onnx_spelling(tmp_path) -> None:
     model, example = TakesDict().eval(), batch()
     converted = fxpool.convert(model, (example, {}))
-    assert [r.replacement for r in report_of(converted).converted] == ["kron-matmul HW 10x10->7x7"]
+    assert [r.replacement for r in report_of(converted).converted] == ["sliding H 10->7 (k=2,3) -> sliding W 10->7 (k=2,3)"]
     torch.testing.assert_close(converted(example), model(example), rtol=1e-5, atol=1e-6)
     for dynamo in (False, True):
         result = fxpool.export(model, (example, {}), tmp_path / f"dict-{dynamo}.onnx", dynamo=dynamo)

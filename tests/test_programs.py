@@ -355,6 +355,6 @@ def test_a_training_program_leaves_the_callers_running_statistics_alone() -> Non
 
 def test_convert_options_are_accepted_for_programs() -> None:
     program, x = _exported("avg", 2, (10, 11), (3, 5))
-    converted = fxpool.convert(program, quantizable=True, dynamic=True)  # static sizes: dynamic asks the dynamic form
+    converted = fxpool.convert(program, dynamic=True)  # static sizes: dynamic asks the dynamic form
     assert [r.kind for r in fxpool.report_of(converted).records] == ["dynamic"]
     torch.testing.assert_close(converted.module()(x), program.module()(x), rtol=1e-5, atol=1e-6)

@@ -15,13 +15,13 @@ from fxpool import report_of
 class Mixed(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.kron = nn.AdaptiveAvgPool2d(7)
+        self.sliding = nn.AdaptiveAvgPool2d(7)
         self.mean = nn.AdaptiveAvgPool2d(1)
         self.uniform = nn.AdaptiveAvgPool2d(5)
         self.indices = nn.AdaptiveMaxPool2d(4, return_indices=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.kron(x).sum() + self.mean(x).sum() + self.uniform(x).sum() + self.indices(x)[0].sum()
+        return self.sliding(x).sum() + self.mean(x).sum() + self.uniform(x).sum() + self.indices(x)[0].sum()
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +30,8 @@ def report() -> fxpool.ConversionReport:
 
 
 def test_counts_by_kind_and_unconverted(report) -> None:
-    assert report.counts() == {"kron-matmul": 1, "mean": 1, "AvgPool2d": 1, "unconverted": 1}
-    assert [r.location for r in report.converted] == ["kron", "mean", "uniform"]
+    assert report.counts() == {"sliding": 1, "mean": 1, "AvgPool2d": 1, "unconverted": 1}
+    assert [r.location for r in report.converted] == ["sliding", "mean", "uniform"]
     assert [r.location for r in report.unconverted] == ["indices"]
     assert [r.family for r in report.records] == ["avg", "avg", "avg", "max"]
 
@@ -44,8 +44,8 @@ def test_the_unexportable_are_the_unconverted_max_pools(report) -> None:
 def test_table_and_summary_name_every_pool_and_why(report) -> None:
     table = report.table()
     for text in (
-        "kron",
-        "kron-matmul HW 10x10->7x7",
+        "sliding",
+        "sliding H 10->7 (k=2,3) -> sliding W 10->7 (k=2,3)",
         "mean(H,W)",
         "AvgPool2d(k=(2, 2), s=(2, 2))",
         "left to PyTorch",
@@ -59,7 +59,7 @@ def test_table_and_summary_name_every_pool_and_why(report) -> None:
 
 def test_to_dict_is_json_with_every_record(report) -> None:
     data = json.loads(json.dumps(report.to_dict()))
-    assert [r["kind"] for r in data["records"]] == ["kron-matmul", "mean", "AvgPool2d", ""]
+    assert [r["kind"] for r in data["records"]] == ["sliding", "mean", "AvgPool2d", ""]
     assert data["intercepted"] == [] and data["check"]["status"] == "passed"  # pool modules only: nothing intercepted
     assert [r["calls"] for r in data["records"]] == [1, 1, 1, 1]
 

@@ -14,8 +14,8 @@ from model_zoo_checks import runtimes
 
 # one model per replacement kind, the pyramid, and a real network
 MODELS = [
-    "kron 10->7",
-    "separable 33->6",
+    "sliding 10->7",
+    "slices 33->6",
     "uniform 7->3",
     "upsample 4x5->16x20",
     "mean 9->1",
@@ -67,7 +67,7 @@ def test_an_absent_runtime_is_said_so() -> None:
     assert runtimes.available("tensorrt") is not None  # no TensorRT on the CPU machines
 
 
-@pytest.mark.parametrize("case", ["10->7 (Kronecker)", "max 10->7 (gather)", "3d 5x10x10->3x7x7"])
+@pytest.mark.parametrize("case", ["10->7 (sliding)", "max 10->7 (gather)", "3d 5x10x10->3x7x7"])
 @pytest.mark.parametrize("quantizer", ["NNCF", "pt2e XNNPACK"])
 def test_quantized_conversion_is_as_accurate_as_the_quantized_original(quantizer: str, case: str, tmp_path) -> None:
     """NNCF (OpenVINO) and PyTorch 2 export quantization with the XNNPACK quantizer, run by ExecuTorch."""
@@ -77,7 +77,7 @@ def test_quantized_conversion_is_as_accurate_as_the_quantized_original(quantizer
     (row,) = quantization.case_rows(
         [(name, build(), shape) for name, build, shape in quantization.POOL_CASES if name == case], tmp_path, tmp_path / "log"
     )
-    assert row[f"fxpool quantizable / {quantizer}"] is not None, row
+    assert row[f"fxpool / {quantizer}"] is not None, row
     assert quantization.within_bounds(row, quantizer) is True, row
     if quantizer == "pt2e XNNPACK" and not case.startswith("10->7"):
         # ExecuTorch has no kernel for the original's adaptive max pool or 3d pool; the conversion runs

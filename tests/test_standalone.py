@@ -184,8 +184,8 @@ def test_a_wrong_replacement_in_the_export_branch_is_caught_by_the_self_check(mo
 
     original = building.replacement_module
 
-    def wrong_in_one_export_branch(chosen, event, device, quantizable=False):
-        module = original(chosen, event, device, quantizable)
+    def wrong_in_one_export_branch(chosen, event, device):
+        module = original(chosen, event, device)
         if chosen.site.export_branch and chosen.site.location.startswith("blocks.2"):
             return _OnePercentOff(module)
         return module

@@ -12,8 +12,8 @@ from fxpool import report_of
 # (model, input shape, expected replacement kinds, the modules whose forward is intercepted): pool
 # modules are swapped by object, functional calls intercepted in the forward that makes them
 CASES = [
-    ("vgg11", (1, 3, 160, 160), {"kron-matmul": 1}, ()),  # 5x5 -> 7x7: the stock exporter rejects it
-    ("alexnet", (1, 3, 320, 320), {"kron-matmul": 1}, ()),  # 9x9 -> 6x6
+    ("vgg11", (1, 3, 160, 160), {"slices": 1}, ()),  # 5x5 -> 7x7: the stock exporter rejects it
+    ("alexnet", (1, 3, 320, 320), {"sliding": 1}, ()),  # 9x9 -> 6x6
     ("resnet18", (2, 3, 96, 128), {"mean": 1}, ()),
     ("densenet121", (1, 3, 64, 64), {"mean": 1}, ("",)),  # functional F.adaptive_avg_pool2d in its forward
     ("googlenet", (1, 3, 96, 96), {"mean": 1}, ()),  # its forward reads self.training
