@@ -63,14 +63,15 @@ class FunctionalPool(nn.Module):
 
 
 class PoolAndAddBack(nn.Module):
-    """A branch that pools and is added back onto its input (sizes kept by a None-free pool to the same size)."""
+    """A branch that pools, is pooled back to its input's size by an adaptive average, and is added on."""
 
     def __init__(self, pool: nn.Module, size: tuple[int, ...]) -> None:
         super().__init__()
         self.pool, self.size = pool, size
+        self.back = POOL_MODULES["avg", len(size)](size)  # not interpolate: its ONNX export rounds another way
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + F.interpolate(self.pool(x), size=self.size, mode="nearest")
+        return x + self.back(self.pool(x))
 
 
 @dataclass(frozen=True)
