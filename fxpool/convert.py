@@ -102,7 +102,7 @@ def convert(
         >>> from fxpool import report_of
         >>> converted = convert(torchvision.models.vgg11(weights=None), torch.randn(1, 3, 160, 160))
         >>> print(report_of(converted).records[0].replacement)
-        kron-matmul HW 5x5->7x7
+        slices H 5->7 -> slices W 5->7
         >>> report_of(converted).check.status
         'passed'
 

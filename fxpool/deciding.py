@@ -20,7 +20,7 @@ from .recording import PoolEvent
 from .report import PoolRecord
 
 _DYNAMIC_DESCRIPTIONS = {
-    "avg": "dynamic matmul (windows from the runtime size)",
+    "avg": "dynamic masked mean (windows from the runtime size)",
     "max": "dynamic masked max (windows from the runtime size)",
 }
 

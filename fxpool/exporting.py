@@ -176,7 +176,7 @@ def pool_nodes(path: str, converted: nn.Module) -> dict[str, tuple[str, ...]]:
 
     Both exporters say where a node comes from: the dynamo exporter in its ``pkg.torch.onnx.name_scopes``
     metadata (the module path, then the op), the TorchScript exporter in the node's name
-    (``/features/avgpool/MatMul``). A node belongs to the replacement whose module path is the longest
+    (``/features/avgpool/AveragePool``). A node belongs to the replacement whose module path is the longest
     prefix of its own.
     """
     import onnx

@@ -60,7 +60,7 @@ GRAPH_SCOPE = "<graph>"
 REPLACEMENT_PREFIX = "fxpool_pool_"  # the replacement modules' attribute names in the rewritten graph module
 
 _DYNAMIC_DESCRIPTIONS = {
-    "avg": "dynamic matmul (windows from the runtime size)",
+    "avg": "dynamic masked mean (windows from the runtime size)",
     "max": "dynamic masked max (windows from the runtime size)",
 }
 

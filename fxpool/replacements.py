@@ -1,14 +1,14 @@
 """The modules that stand in for adaptive pools: exact, shape-specialised, export-friendly.
 
 :class:`ExactAdaptivePool` runs the steps of a :class:`~fxpool.planning.PoolPlan` with plain ops
-(``avg_pool``/``max_pool``, ``mean``/``max``, ``matmul``, constant ``index_select``, nearest
-``interpolate``): exporters (``torch.onnx``, ``torch.export`` and what builds on it: ExecuTorch,
+(``avg_pool``/``max_pool``, ``mean``/``max``, ``narrow`` and ``cat``, constant ``index_select``, nearest
+``interpolate``), none of which multiplies an entry outside its window (so NaN and ±inf stay in their
+windows): exporters (``torch.onnx``, ``torch.export`` and what builds on it: ExecuTorch,
 AOTInductor), ``torch.jit.trace`` and ``torch.fx`` see the steps in the plan's order. ``torch.compile``
 is not an exporter: it gets PyTorch's own adaptive pool, which inductor lowers exactly and faster.
-Eager runs the average family's commuting steps in ``PoolPlan.eager_order``, one-step plans in one
-call, and general max windows by PyTorch's own kernel (``runs_native_in_eager``), all measured faster
-there; :func:`traced_forms` makes eager run what tracers see. Averaging matrices and window indices
-are non-persistent buffers: they follow ``.to(device)``, are left out of ``state_dict`` (so the
+Eager runs one-step plans in one call and uneven windows of both families by PyTorch's own kernel
+(``runs_native_in_eager``: exact by definition, native speed); :func:`traced_forms` makes eager run
+what tracers see. Window indices and scales are non-persistent buffers: they follow ``.to(device)``, are left out of ``state_dict`` (so the
 converted model loads the original's weights), and are rebuilt exactly after a dtype change, so
 ``.double()`` stays exact to float64.
 
@@ -424,7 +424,7 @@ class ExactAdaptivePool(nn.Module):
         return self._native_in_eager
 
     def _weight_for(self, index: int, x: torch.Tensor) -> torch.Tensor:
-        """The step's matrix in ``x``'s dtype; float64 input gets an exact float64 matrix."""
+        """The step's window scales in ``x``'s dtype; float64 input gets exact float64 scales."""
         weight = getattr(self, f"weight_{index}")
         if isinstance(x, torch.Tensor) and x.dtype == torch.float64 and weight.dtype != torch.float64:
             step = self.plan.steps[index]
