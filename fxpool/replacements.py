@@ -8,9 +8,9 @@ AOTInductor), ``torch.jit.trace`` and ``torch.fx`` see the steps in the plan's o
 is not an exporter: it gets PyTorch's own adaptive pool, which inductor lowers exactly and faster.
 Eager runs one-step plans in one call and uneven windows of both families by PyTorch's own kernel
 (``runs_native_in_eager``: exact by definition, native speed); :func:`traced_forms` makes eager run
-what tracers see. Window indices and scales are non-persistent buffers: they follow ``.to(device)``, are left out of ``state_dict`` (so the
-converted model loads the original's weights), and are rebuilt exactly after a dtype change, so
-``.double()`` stays exact to float64.
+what tracers see. Window indices and scales are non-persistent buffers: they follow ``.to(device)``,
+are left out of ``state_dict`` (so the converted model loads the original's weights), and are rebuilt
+exactly after a dtype change, so ``.double()`` stays exact to float64.
 
 A replacement whose plan depends on the traced spatial size checks it on every call, in eager and
 while an exporter traces, and raises :class:`~fxpool.errors.SpatialSizeError` otherwise; every
