@@ -39,8 +39,8 @@ from torch.overrides import TorchFunctionMode
 from .calls import PoolCall, describe_function, is_pool_function
 from .errors import PoolCallError, SpatialSizeError
 
-_TORCH_DIR = os.path.dirname(torch.__file__)
-_FXPOOL_DIR = os.path.dirname(__file__)
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep  # with the separator: torchvision is not torch
+_FXPOOL_DIR = os.path.dirname(__file__) + os.sep
 
 CALLS_ATTRIBUTE = "fxpool_calls"  # the submodule holding the table of a module whose forward is intercepted
 

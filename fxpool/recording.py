@@ -35,8 +35,8 @@ from .example import Example, example_run
 from .globalstate import export_flag
 from .planning import PoolFamily
 
-_TORCH_DIR = os.path.dirname(torch.__file__)
-_FXPOOL_DIR = os.path.dirname(__file__)
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep  # with the separator: torchvision is not torch
+_FXPOOL_DIR = os.path.dirname(__file__) + os.sep
 
 Scope = tuple[tuple[str, int], ...]
 CallShape = tuple[tuple[bool, ...], frozenset[tuple[str, bool]]]  # (positional is None, (keyword, is None))

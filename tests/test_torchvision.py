@@ -8,6 +8,8 @@ import torchvision
 
 import fxpool
 from fxpool import report_of
+from fxpool.replacements import traced_forms
+from model_zoo_checks.census import pool_calls
 
 # (model, input shape, expected replacement kinds, the modules whose forward is intercepted): pool
 # modules are swapped by object, functional calls intercepted in the forward that makes them
@@ -38,6 +40,10 @@ def test_torchvision_model_converts_exactly(name: str, shape: tuple, kinds: dict
     assert report.intercepted == intercepted
     with torch.no_grad():
         torch.testing.assert_close(converted(x), model(x), rtol=1e-5, atol=1e-5)
+    # the replacements really run: what exporters see calls no native pool (a call made from torchvision's
+    # code once passed as fxpool's own, its path sharing torch's prefix, and ran PyTorch's pool unreported)
+    with traced_forms():
+        assert pool_calls(converted, x) == {}
 
 
 def test_train_mode_resnet_keeps_its_batchnorm_statistics() -> None:
