@@ -258,6 +258,9 @@ def _convert(model: nn.Module, example: Example, dynamic: bool) -> tuple[nn.Modu
             built = build(copy, found, decisions, fallback_device)
             again = any(site.already is not None for site in found.sites)
             check = _check(built.root, example, recording) if built.changed else _unchanged_check(bool(applied), again)
+            unrun = _unrun(decisions, check) if built.changed and check.status != "failed" else ()
+            if unrun and undo.learn_unrun(unrun):
+                continue  # a replacement the example never reached: PyTorch's pool ran in its place
             result = _Round(found, decisions, built.root, check.with_actions(applied))
             first = first or result
             if result.check.status != "failed":
@@ -276,6 +279,12 @@ def _convert(model: nn.Module, example: Example, dynamic: bool) -> tuple[nn.Modu
     report = result.report()
     _log_decisions(report)
     return result.converted, report
+
+
+def _unrun(decisions: tuple[SiteDecision, ...], check: SelfCheck) -> tuple[str, ...]:
+    """Replaced sites the recording saw called in eager whose replacement the check never saw run."""
+    ran = {c.location for c in check.replacements}
+    return tuple(d.site.location for d in decisions if d.replaced and not d.site.export_branch and d.site.location not in ran)
 
 
 def _check(converted: nn.Module, example: Example, recording: Recording) -> SelfCheck:
@@ -321,6 +330,18 @@ class _Undo:
 
     replacements: dict[str, str] = field(default_factory=dict)
     actions: list[str] = field(default_factory=list)
+
+    def learn_unrun(self, locations: tuple[str, ...]) -> bool:
+        """Undo replacements the example never reached; False where they were undone already."""
+        fresh = [location for location in locations if location not in self.replacements]
+        why = (
+            "self-check: the example's run never reached this replacement (PyTorch's pool ran in its place), "
+            "so it was undone; please report this model"
+        )
+        for location in fresh:
+            self.replacements[location] = why
+            self.actions.append(f"{location}: {why}")
+        return bool(fresh)
 
     def learn(self, check: SelfCheck, result: _Round) -> bool:
         """Record what to undo after a failed check; False when nothing is left to undo."""

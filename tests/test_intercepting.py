@@ -195,3 +195,22 @@ def test_a_replacement_running_pytorchs_kernel_inside_an_intercepted_forward_is_
     model, x = CallAndModule(), torch.randn(1, 2, 13, 13)
     converted = fxpool.convert(model, x, strict=True)  # the pool module's eager kernel call passes the mode
     torch.testing.assert_close(converted(x), model(x), rtol=0, atol=0)
+
+
+def test_a_replacement_the_example_never_reaches_is_undone_loudly(monkeypatch) -> None:
+    """Were a functional call ever taken for fxpool's own (as a path sharing torch's prefix once was), the
+    native pool would run under a report that says replaced: the self-check sees no replacement run."""
+    import fxpool.intercepting
+
+    monkeypatch.setattr(fxpool.intercepting, "_called_by_fxpool", lambda: True)
+
+    class Functional(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.adaptive_avg_pool2d(x, (5, 7))
+
+    x = torch.randn(1, 2, 13, 11)
+    report = fxpool.report_of(fxpool.convert(Functional(), x))
+    (left,) = report.unconverted
+    assert "never reached this replacement" in left.reason and not report.converted
+    with pytest.raises(fxpool.UnconvertedPoolError):
+        fxpool.convert(Functional(), x, strict=True)
