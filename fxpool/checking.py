@@ -32,13 +32,12 @@ from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
@@ -48,6 +47,7 @@ from .copying import structural_copy, tree_modules
 from .errors import error_summary
 from .example import Example, example_run
 from .globalstate import export_flag
+from .replacements import native_pool_function
 
 # Largest |converted - original| allowed, relative to the compared tensor's largest magnitude
 # (at least 1). Only the pools differ between the two models and each is exact up to the order
@@ -61,15 +61,6 @@ NOISE_FACTOR = 8.0
 ULPS_NUDGED = 2
 
 CheckStatus = Literal["passed", "failed", "skipped", "inconclusive"]
-
-_NATIVE: dict[tuple[str, int], Callable[..., torch.Tensor]] = {
-    ("avg", 1): F.adaptive_avg_pool1d,
-    ("avg", 2): F.adaptive_avg_pool2d,
-    ("avg", 3): F.adaptive_avg_pool3d,
-    ("max", 1): F.adaptive_max_pool1d,
-    ("max", 2): F.adaptive_max_pool2d,
-    ("max", 3): F.adaptive_max_pool3d,
-}
 
 
 @dataclass(frozen=True)
@@ -282,7 +273,7 @@ def _replacement_hook(checks: list[ReplacementCheck]):
         dims = len(out_sizes)
         sizes = tuple(x.shape[axis - dims] if o is None else o for axis, o in enumerate(out_sizes))
         try:
-            expected = _NATIVE[(family, dims)](x, sizes)
+            expected = native_pool_function(family, dims)(x, sizes)
         except Exception:  # the replacement was built for another input than it gets: it is wrong
             checks.append(ReplacementCheck(module.location, float("inf"), 0.0))
             return

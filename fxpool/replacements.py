@@ -459,15 +459,7 @@ def native_pool_function(family: str, dims: int) -> Any:
 
 def native_pool_module(family: str, output_size: tuple[int | None, ...]) -> nn.Module:
     """PyTorch's adaptive pool module of this family and output size."""
-    modules: dict[tuple[str, int], Any] = {
-        ("avg", 1): nn.AdaptiveAvgPool1d,
-        ("avg", 2): nn.AdaptiveAvgPool2d,
-        ("avg", 3): nn.AdaptiveAvgPool3d,
-        ("max", 1): nn.AdaptiveMaxPool1d,
-        ("max", 2): nn.AdaptiveMaxPool2d,
-        ("max", 3): nn.AdaptiveMaxPool3d,
-    }
-    return modules[family, len(output_size)](output_size)
+    return getattr(nn, f"Adaptive{family.capitalize()}Pool{len(output_size)}d")(output_size)
 
 
 _SCRIPTED_CHECK: list[Any] = []

@@ -25,12 +25,7 @@ from fxpool import planning
 from fxpool.replacements import ExactAdaptivePool, traced_forms
 
 POOLS = {
-    ("avg", 1): nn.AdaptiveAvgPool1d,
-    ("avg", 2): nn.AdaptiveAvgPool2d,
-    ("avg", 3): nn.AdaptiveAvgPool3d,
-    ("max", 1): nn.AdaptiveMaxPool1d,
-    ("max", 2): nn.AdaptiveMaxPool2d,
-    ("max", 3): nn.AdaptiveMaxPool3d,
+    (family, dims): getattr(nn, f"Adaptive{family.capitalize()}Pool{dims}d") for family in ("avg", "max") for dims in (1, 2, 3)
 }
 FORCED_FORMS = {  # planning's limits that send every general average axis to one form
     "sliding": {"SLIDING_MAX_LENGTH": 1 << 30},

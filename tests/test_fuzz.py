@@ -32,22 +32,9 @@ from fxpool.replacements import traced_forms
 DEFAULT_BUDGET = 40
 SLOW_BUDGET = 2000
 CONV = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
-POOL_MODULES = {
-    ("avg", 1): nn.AdaptiveAvgPool1d,
-    ("avg", 2): nn.AdaptiveAvgPool2d,
-    ("avg", 3): nn.AdaptiveAvgPool3d,
-    ("max", 1): nn.AdaptiveMaxPool1d,
-    ("max", 2): nn.AdaptiveMaxPool2d,
-    ("max", 3): nn.AdaptiveMaxPool3d,
-}
-POOL_FUNCTIONS = {
-    ("avg", 1): F.adaptive_avg_pool1d,
-    ("avg", 2): F.adaptive_avg_pool2d,
-    ("avg", 3): F.adaptive_avg_pool3d,
-    ("max", 1): F.adaptive_max_pool1d,
-    ("max", 2): F.adaptive_max_pool2d,
-    ("max", 3): F.adaptive_max_pool3d,
-}
+FAMILIES_AND_DIMS = [(family, dims) for family in ("avg", "max") for dims in (1, 2, 3)]
+POOL_MODULES = {(f, d): getattr(nn, f"Adaptive{f.capitalize()}Pool{d}d") for f, d in FAMILIES_AND_DIMS}
+POOL_FUNCTIONS = {(f, d): getattr(F, f"adaptive_{f}_pool{d}d") for f, d in FAMILIES_AND_DIMS}
 
 
 class FunctionalPool(nn.Module):
