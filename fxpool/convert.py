@@ -258,7 +258,7 @@ def _convert(model: nn.Module, example: Example, dynamic: bool) -> tuple[nn.Modu
             built = build(copy, found, decisions, fallback_device)
             again = any(site.already is not None for site in found.sites)
             check = _check(built.root, example, recording) if built.changed else _unchanged_check(bool(applied), again)
-            unrun = _unrun(decisions, check) if built.changed and check.status != "failed" else ()
+            unrun = _unrun(decisions, check) if built.changed and check.status == "passed" else ()
             if unrun and undo.learn_unrun(unrun):
                 continue  # a replacement the example never reached: PyTorch's pool ran in its place
             result = _Round(found, decisions, built.root, check.with_actions(applied))
