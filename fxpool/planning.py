@@ -59,15 +59,15 @@ PoolFamily = Literal["avg", "max"]
 AxisKind = Literal["identity", "reduce", "pool", "upsample", "sliding", "slices", "gather"]
 DecisionAction = Literal["exact", "dynamic", "left"]
 
-# Which exact form a general average axis gets, fitted to onnxruntime on the CPU (one thread;
-# ``python -m model_zoo_checks.benchmarks --sections avgforms``): a stride-1 AvgPool reads each entry
-# once per window length that covers it, so it wins only while windows are short and the plane small with
-# many channels (10->7 and 14->6 at 8x512: 4.0 and 4.4 ms against 6.2 and 7.7 for slices); slicing each
-# window wins from windows of 4 on (20->7: 1.4 against 1.8; 64->6: 10 against 23; 1d 1000->101: 18
-# against 58) and wherever a window is one entry (up-sampling 6->17: 1.4 against 6.1, the stride-1 form
-# copying the whole input for its length-1 block), while the windows are few enough that one Slice and
-# one ReduceMean each cost little; beyond that the windows are gathered, zero-padded.
-SLIDING_MAX_LENGTH = 3
+# Which exact form a general average axis gets, fitted to onnxruntime on the CPU (one thread, a quiet
+# machine; ``python -m model_zoo_checks.benchmarks --sections avgforms``, ms): a stride-1 AvgPool per
+# window length wins while windows are short, up-sampling included (10->7 at 8x512: 2.6 against 4.0 for
+# slices; 14->6: 1.8 against 3.7; 11->4: 0.15 against 0.26; 20->7: 0.56 against 0.58; 6->17 at 8x64:
+# 0.62 against 1.23), slicing each window wins once they are long (33->6: 0.64 against 0.68; 64->6: 1.8
+# against 5.3; 1d 1000->101: 0.79 against 8.7) and on 3d pools (onnxruntime's 3d AveragePool: 5x10x10->3x7x7
+# 0.47 against 1.7), while the windows are few enough that one Slice and one ReduceMean each cost
+# little; beyond that the windows are gathered, zero-padded.
+SLIDING_MAX_LENGTH = 4
 SLICES_MAX_WINDOWS = 128
 # The max family's ONNX form (window maxima) moves the spatial axes in front of the others where its
 # last-axis gathers would copy at least this many entries one by one per input entry
@@ -324,10 +324,10 @@ def _fmt(values: tuple[int | None, ...]) -> str:
 
 # --- per-axis rules: each returns an AxisChoice, or a string saying why it does not apply ---
 
-AxisRule = Callable[[PoolFamily, int, int, bool], AxisChoice | str]
+AxisRule = Callable[[PoolFamily, int, int, bool, int], AxisChoice | str]  # (family, in, out, follows input, spatial dims)
 
 
-def _identity_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool) -> AxisChoice | str:
+def _identity_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool, spatial_dims: int) -> AxisChoice | str:
     if follows:
         return AxisChoice("identity", in_size, in_size, "None: keeps its size", follows_input=True)
     if in_size == out_size:
@@ -335,14 +335,14 @@ def _identity_rule(family: PoolFamily, in_size: int, out_size: int, follows: boo
     return "output differs from input"
 
 
-def _reduce_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool) -> AxisChoice | str:
+def _reduce_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool, spatial_dims: int) -> AxisChoice | str:
     if out_size == 1:
         op = "mean" if family == "avg" else "amax"
         return AxisChoice("reduce", in_size, 1, f"{in_size}->1: one window, {op}", kernel=in_size, stride=in_size)
     return "output is not 1"
 
 
-def _pool_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool) -> AxisChoice | str:
+def _pool_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool, spatial_dims: int) -> AxisChoice | str:
     uniform = uniform_stride(in_size, out_size)
     if uniform is None:
         return f"windows of lengths {window_lengths(in_size, out_size)} or uneven starts"
@@ -352,21 +352,21 @@ def _pool_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool) -
     )
 
 
-def _upsample_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool) -> AxisChoice | str:
+def _upsample_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool, spatial_dims: int) -> AxisChoice | str:
     factor = upsample_factor(in_size, out_size)
     if factor is None:
         return "output is not an integer multiple of the input"
     return AxisChoice("upsample", in_size, out_size, f"{in_size}->{out_size}: {factor}x multiple, nearest", factor=factor)
 
 
-def _sliding_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool) -> AxisChoice | str:
+def _sliding_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool, spatial_dims: int) -> AxisChoice | str:
     lengths = window_lengths(in_size, out_size)
     if family != "avg":
         return "max family: windows are gathered, so a tie's gradient lands where PyTorch's does"
     if lengths[-1] > SLIDING_MAX_LENGTH:
         return f"windows of up to {lengths[-1]} entries (sliding pools up to {SLIDING_MAX_LENGTH})"
-    if lengths[0] == 1:
-        return "windows of one entry (up-sampling): slices copy less"
+    if spatial_dims == 3:
+        return "a 3d pool: onnxruntime's 3d AveragePool is slow, slices win"
     return AxisChoice(
         "sliding",
         in_size,
@@ -376,7 +376,7 @@ def _sliding_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool
     )
 
 
-def _slices_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool) -> AxisChoice | str:
+def _slices_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool, spatial_dims: int) -> AxisChoice | str:
     if family != "avg":
         return "max family: windows are gathered"
     if out_size > SLICES_MAX_WINDOWS:
@@ -385,7 +385,7 @@ def _slices_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool)
     return AxisChoice("slices", in_size, out_size, f"{in_size}->{out_size}: {_shape(lengths)}, each window sliced and averaged")
 
 
-def _gather_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool) -> AxisChoice:
+def _gather_rule(family: PoolFamily, in_size: int, out_size: int, follows: bool, spatial_dims: int) -> AxisChoice:
     lengths = window_lengths(in_size, out_size)
     how = "zero-padded, averaged and rescaled" if family == "avg" else "max"
     return AxisChoice(
@@ -413,13 +413,13 @@ AXIS_RULES: tuple[AxisRule, ...] = (
 )
 
 
-def choose_axis(family: PoolFamily, in_size: int, out_size: int, follows_input: bool = False) -> AxisChoice:
+def choose_axis(family: PoolFamily, in_size: int, out_size: int, follows_input: bool = False, spatial_dims: int = 2) -> AxisChoice:
     """The first rule of ``AXIS_RULES`` that applies to this axis, with why the earlier ones did not."""
     if in_size < 1 or out_size < 1:
         raise ValueError(f"adaptive pooling needs sizes >= 1, got {in_size} -> {out_size}")
     rejected: list[str] = []
     for rule in AXIS_RULES:
-        choice = rule(family, in_size, out_size, follows_input)
+        choice = rule(family, in_size, out_size, follows_input, spatial_dims)
         if isinstance(choice, AxisChoice):
             return replace(choice, rejected=tuple(rejected))
         rejected.append(f"{rule.__name__.strip('_').removesuffix('_rule')}: {choice}")
@@ -455,7 +455,7 @@ def choose_plan(
     follows = follows_input or (False,) * len(in_sizes)
     if len(follows) != len(in_sizes):
         raise ValueError(f"follows_input has {len(follows)} entries for {len(in_sizes)} spatial axes")
-    axes = tuple(choose_axis(family, i, o, f) for i, o, f in zip(in_sizes, out_sizes, follows))
+    axes = tuple(choose_axis(family, i, o, f, len(in_sizes)) for i, o, f in zip(in_sizes, out_sizes, follows))
     steps = _steps(family, axes)
     return PoolPlan(
         family,

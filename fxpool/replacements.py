@@ -370,8 +370,7 @@ class ExactAdaptivePool(nn.Module):
             elif isinstance(step, ReduceStep):
                 x = _reduce(x, step, dims)
             elif isinstance(step, SlidingWindowStep):
-                as_2d = dims == 3 and _exporting_for_torch_runtimes()
-                x = sliding_window_means(x, step, dims, getattr(self, f"indices_{index}"), as_2d)
+                x = sliding_window_means(x, step, dims, getattr(self, f"indices_{index}"))
             elif isinstance(step, WindowSlicesStep):
                 x = window_slice_means(x, step.axis - dims, window_bounds(step.in_size, step.out_size))
             elif isinstance(step, WindowGatherStep):
@@ -605,13 +604,11 @@ def _cast_like(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return weight
 
 
-def sliding_window_means(
-    x: torch.Tensor, step: SlidingWindowStep, dims: int, indices: torch.Tensor, pool3d_as_2d: bool = False
-) -> torch.Tensor:
+def sliding_window_means(x: torch.Tensor, step: SlidingWindowStep, dims: int, indices: torch.Tensor) -> torch.Tensor:
     """Each window's mean along ``step.axis``: a stride-1 AvgPool per window length (each sums only the
     entries of one window, so a NaN or an infinity stays in the windows that hold it), concatenated,
     then the window starts gathered (:func:`sliding_window_indices`). A length of 1 is the axis itself.
-    ``pool3d_as_2d``: 3d pools as :func:`avg_pool3d_as_2d` (torch.export for PyTorch's runtimes)."""
+    1d and 2d pools only: planning slices the windows of 3d pools."""
     dim = step.axis - dims
     blocks = []
     for length in step.lengths:
@@ -620,10 +617,7 @@ def sliding_window_means(
             continue
         kernel = [1] * dims
         kernel[step.axis] = length
-        if pool3d_as_2d:
-            blocks.append(avg_pool3d_as_2d(x, tuple(kernel), (1, 1, 1)))
-        else:
-            blocks.append(_AVG_POOLS[dims](x, kernel, 1))
+        blocks.append(_AVG_POOLS[dims](x, kernel, 1))
     return torch.index_select(torch.cat(blocks, dim) if len(blocks) > 1 else blocks[0], dim, indices)
 
 

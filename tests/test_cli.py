@@ -50,7 +50,7 @@ def test_cli_export_and_inspect(tmp_path) -> None:
         text=True,
         timeout=300,
     )
-    assert inspect.returncode == 0 and "slices" in inspect.stdout
+    assert inspect.returncode == 0 and "sliding" in inspect.stdout
     bad = subprocess.run(
         [sys.executable, "-m", "fxpool.cli", "inspect", "torchvision:nope", "--input-shape", "1,3,8,8"],
         capture_output=True,

@@ -14,7 +14,7 @@ from model_zoo_checks.census import pool_calls
 # (model, input shape, expected replacement kinds, the modules whose forward is intercepted): pool
 # modules are swapped by object, functional calls intercepted in the forward that makes them
 CASES = [
-    ("vgg11", (1, 3, 160, 160), {"slices": 1}, ()),  # 5x5 -> 7x7: the stock exporter rejects it
+    ("vgg11", (1, 3, 160, 160), {"sliding": 1}, ()),  # 5x5 -> 7x7: the stock exporter rejects it
     ("alexnet", (1, 3, 320, 320), {"sliding": 1}, ()),  # 9x9 -> 6x6
     ("resnet18", (2, 3, 96, 128), {"mean": 1}, ()),
     ("densenet121", (1, 3, 64, 64), {"mean": 1}, ("",)),  # functional F.adaptive_avg_pool2d in its forward
