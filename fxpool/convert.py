@@ -102,7 +102,7 @@ def convert(
         >>> from fxpool import report_of
         >>> converted = convert(torchvision.models.vgg11(weights=None), torch.randn(1, 3, 160, 160))
         >>> print(report_of(converted).records[0].replacement)
-        slices H 5->7 -> slices W 5->7
+        sliding H 5->7 (k=1,2) -> sliding W 5->7 (k=1,2)
         >>> report_of(converted).check.status
         'passed'
 
