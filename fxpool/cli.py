@@ -206,8 +206,7 @@ def _device(text: str) -> Any:
 def _run(args: argparse.Namespace) -> int:
     import torch
 
-    from .convert import enforce_strict, explain
-    from .errors import FxpoolError
+    from .convert import explain
     from .exporting import export
     from .loading import load_model
 
@@ -222,12 +221,7 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.command == "inspect":
         report = explain(model, example, dynamic=args.dynamic_hw)
-        refused: FxpoolError | None = None
-        if args.strict:
-            try:
-                enforce_strict(report, for_export=False)
-            except FxpoolError as error:
-                refused = error
+        refused = _strict_refusal(report, args.strict)
         code = EXIT_OK if refused is None else EXIT_MODEL_FAILED
         if args.json:
             _print_json("inspect", code, refused, report=report.to_dict())
@@ -275,13 +269,25 @@ def _run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _strict_refusal(report: Any, strict: bool) -> Exception | None:
+    """Why ``--strict`` refuses this conversion (the ``FxpoolError`` ``strict=True`` would raise), or None."""
+    from .convert import enforce_strict
+    from .errors import FxpoolError
+
+    if strict:
+        try:
+            enforce_strict(report, for_export=False)
+        except FxpoolError as error:
+            return error
+    return None
+
+
 def _run_program(args: argparse.Namespace, program: Any) -> int:
     """``inspect``/``export`` of a ``.pt2`` program: converted as a program (fxpool.programs); ``export`` writes
     ONNX by ``torch.onnx.export(converted_program, dynamo=True)`` and checks it against the original program."""
     import torch
 
-    from .convert import convert, enforce_strict
-    from .errors import FxpoolError
+    from .convert import convert
     from .exporting import check_opset, check_written_opset, require_export_dependencies
     from .report import report_of
     from .verifying import op_histogram, verify_onnx
@@ -303,12 +309,7 @@ def _run_program(args: argparse.Namespace, program: Any) -> int:
     example = None if args.input_shape is None else torch.randn(args.input_shape)
     converted = convert(program, example)
     report = report_of(converted)
-    refused: FxpoolError | None = None
-    if args.strict:
-        try:
-            enforce_strict(report, for_export=False)
-        except FxpoolError as error:
-            refused = error
+    refused = _strict_refusal(report, args.strict)
     if args.command == "inspect" or refused is not None:
         code = EXIT_OK if refused is None else EXIT_MODEL_FAILED
         if args.json:

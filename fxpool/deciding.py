@@ -25,6 +25,16 @@ _DYNAMIC_DESCRIPTIONS = {
 }
 
 
+def replacement_of(decision: PoolDecision) -> tuple[str, str]:
+    """What a decision puts in a pool's place, as the report says it, and its kind."""
+    plan = decision.plan
+    if plan is None or decision.action == "left":
+        return "left to PyTorch", ""
+    if decision.action == "dynamic":
+        return _DYNAMIC_DESCRIPTIONS[plan.family], "dynamic"
+    return plan.describe(), plan.kind
+
+
 @dataclass(frozen=True, eq=False)
 class SiteDecision:
     """What happens to one site, and the record of it."""
@@ -83,12 +93,8 @@ def _record(site: PoolSite, decision: PoolDecision) -> PoolRecord:
     converted = decision.action != "left" or site.already is not None
     if site.already is not None:
         replacement, kind = site.already, "already converted"
-    elif plan is None or not converted:
-        replacement, kind = "left to PyTorch", ""
-    elif decision.action == "dynamic":
-        replacement, kind = _DYNAMIC_DESCRIPTIONS[plan.family], "dynamic"
     else:
-        replacement, kind = plan.describe(), plan.kind
+        replacement, kind = replacement_of(decision)
     output_size = "?" if event is None and call.output_size is None else call.requested
     if call.output_size is None and not call.dynamic_output_size and event is not None:
         output_size = f"scale_factor: {event.output_shape[-event.spatial_dims :]}"

@@ -47,6 +47,7 @@ from torch.utils._pytree import tree_leaves
 from .calls import PoolCall, aten_returns_indices, describe_aten, is_aten_pool
 from .checking import ReplacementCheck, SelfCheck, compare_outputs
 from .copying import structural_copy
+from .deciding import replacement_of
 from .dynamic import DynamicAdaptiveAvgPool, DynamicAdaptiveMaxPool
 from .errors import ExampleInputError, FxpoolError, SelfCheckError
 from .example import Example, example_run, read_example
@@ -58,11 +59,6 @@ from .report import ConversionReport, PoolRecord
 PROGRAM_SCOPE = "<program>"
 GRAPH_SCOPE = "<graph>"
 REPLACEMENT_PREFIX = "fxpool_pool_"  # the replacement modules' attribute names in the rewritten graph module
-
-_DYNAMIC_DESCRIPTIONS = {
-    "avg": "dynamic masked mean (windows from the runtime size)",
-    "max": "dynamic masked max (windows from the runtime size)",
-}
 
 
 @dataclass(frozen=True, eq=False)
@@ -593,12 +589,7 @@ def _bound(value: Any) -> int | None:
 def _record_of(site: AtenPoolSite, decision: PoolDecision, seen: _Seen | None) -> PoolRecord:
     call, plan = site.call, decision.plan
     converted = decision.action != "left"
-    if plan is None or not converted:
-        replacement, kind = "left to PyTorch", ""
-    elif decision.action == "dynamic":
-        replacement, kind = _DYNAMIC_DESCRIPTIONS[plan.family], "dynamic"
-    else:
-        replacement, kind = plan.describe(), plan.kind
+    replacement, kind = replacement_of(decision)
     reason = decision.reason
     if site.symbolic and decision.action == "dynamic":
         reason = reason.replace("dynamic=True", "a spatial size the program leaves symbolic", 1)
