@@ -24,6 +24,7 @@ import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any
 
 import torch
@@ -440,15 +441,10 @@ def normalized_output_size(value: int | None | Sequence[int | None], dims: int, 
     return sizes
 
 
-_PLANS: dict[tuple[Any, ...], PoolPlan] = {}
-
-
+@lru_cache(maxsize=256)
 def planned(family: str, in_sizes: tuple[int, ...], out_sizes: tuple[int, ...], follows: tuple[bool, ...]) -> PoolPlan:
     """``choose_plan``, remembered: a forward that sets its pool's output size on every call plans once per size."""
-    key = (family, in_sizes, out_sizes, follows)
-    if key not in _PLANS:
-        _PLANS[key] = choose_plan(family, in_sizes, out_sizes, follows)  # type: ignore[arg-type]
-    return _PLANS[key]
+    return choose_plan(family, in_sizes, out_sizes, follows)  # type: ignore[arg-type]
 
 
 def native_pool_function(family: str, dims: int) -> Any:
