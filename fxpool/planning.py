@@ -77,6 +77,16 @@ SLICES_MAX_WINDOWS = 128
 # 33x33->6x6 (0.23: 3.4 against 1.5). Checked by ``python -m model_zoo_checks.benchmarks --sections pools
 # --cases max`` (10->7: 0.12x OpenVINO's native op, against 0.24x in the layout of the input).
 SPATIAL_FIRST_MIN_COPIES = 0.5
+# The average family's window form (window sums by gathers, spatial axes first) replaces the sliding
+# AvgPools and window slices where the last-axis copies (:func:`last_axis_copies`) reach this. Fitted to
+# onnxruntime, one thread, quiet machine (ms, window form against ``steps``): it won at 10x10->7x7 at
+# 8x512 (1.47 copies: 1.36 against 2.47), 1x512 (0.08 against 0.20) and 32x512 (7.9 against 13.0),
+# 14->6 (0.55: 1.31 against 1.70), 25->7 (0.39: 0.94 against 1.19), 20->7 (0.26: 0.23 against 0.55),
+# 11->4 (0.23: 0.05 against 0.13), 6x6->17x17 up-sampling (0.25 against 0.57), 1d 1000->101 (1.11: 0.51
+# against 0.71) and 1000->600 (1.2 against 4.4), 3000->101 (0.07 against 0.12), 3d 5x10x10->3x7x7 (0.11
+# against 0.41); tied at 4x256 33->6 (0.23: 1.43 against 1.38) and lost where the planes are large and
+# the Transposes cost most: 64->6 (0.10: 3.9 against 1.5), 100x60->6 (0.06: 4.4 against 2.8).
+WINDOW_MEAN_MIN_COPIES = 0.2
 
 
 def axis_names(spatial_dims: int) -> tuple[str, ...]:
@@ -156,15 +166,18 @@ class WindowGatherStep:
 
 
 @dataclass(frozen=True)
-class WindowMaxStep:
-    """The maximum of each window along one axis: the elementwise maximum of ``span`` constant-index gathers.
+class WindowReduceStep:
+    """Each window's maximum (max) or mean (avg) along one axis, from ``span`` constant-index gathers.
 
-    Gather ``j`` takes position ``j`` of every window (a shorter window's last position repeated), so
-    each gathered tensor has the axis's output length and their elementwise maximum is each window's.
-    The max family's ONNX form (:attr:`PoolPlan.onnx_steps`): onnxruntime's MaxPool and ReduceMax
-    skip NaN, its elementwise Max propagates it, as PyTorch's pools do.
+    Gather ``j`` takes position ``j`` of every window, so each gathered tensor has the axis's output
+    length. Max: a shorter window repeats its last position, and the elementwise maximum of the
+    gathers is each window's. Average: a shorter window's missing positions are set to zero (Where),
+    the gathers are added in window order and divided by each window's length. The ONNX form of
+    :attr:`PoolPlan.onnx_steps`: onnxruntime's MaxPool and ReduceMax skip NaN, its elementwise Max,
+    Add and Where propagate NaN and ±inf as PyTorch's pools do.
     """
 
+    family: PoolFamily
     axis: int
     in_size: int
     out_size: int
@@ -176,7 +189,7 @@ class SpatialLayoutStep:
     """Move the spatial axes in front of the batch and channel axes (``spatial_first``), or back after.
 
     In front, a gather along a spatial axis copies whole blocks of every batch and channel; after the
-    pool, back in their place (the result contiguous). :class:`WindowMaxStep` between the two names its
+    pool, back in their place (the result contiguous). :class:`WindowReduceStep` between the two names its
     axis as ever; the executor knows where it lies.
     """
 
@@ -210,7 +223,7 @@ Step = (
     | SlidingWindowStep
     | WindowSlicesStep
     | WindowGatherStep
-    | WindowMaxStep
+    | WindowReduceStep
     | SpatialLayoutStep
     | WindowScaleStep
     | UpsampleStep
@@ -227,7 +240,7 @@ class PoolPlan:
     axes: tuple[AxisChoice, ...]
     steps: tuple[Step, ...]
     scaled_output: bool = False  # the output size derives from the input's (interpolate's scale_factor)
-    # What ONNX export runs instead of ``steps`` (forward values only; empty: ``steps``). See :func:`onnx_max_steps`.
+    # What ONNX export runs instead of ``steps`` (forward values only; empty: ``steps``). See :func:`onnx_window_steps`.
     onnx_steps: tuple[Step, ...] = ()
 
     @property
@@ -281,11 +294,12 @@ def _step_kind(step: Step, spatial_dims: int) -> str:
         return f"{'AvgPool' if step.family == 'avg' else 'MaxPool'}{spatial_dims}d"
     if isinstance(step, ReduceStep):
         return "mean" if step.family == "avg" else "amax"
+    if isinstance(step, WindowReduceStep):
+        return "window-mean" if step.family == "avg" else "window-max"
     kinds: dict[type, str] = {
         SlidingWindowStep: "sliding",
         WindowSlicesStep: "slices",
         WindowGatherStep: "gather",
-        WindowMaxStep: "window-max",
         SpatialLayoutStep: "transpose",
         WindowScaleStep: "scale",
         UpsampleStep: "nearest",
@@ -309,8 +323,10 @@ def _describe_step(step: Step, spatial_dims: int) -> str:
     if isinstance(step, WindowGatherStep):
         padding = ", zero-padded" if step.zero_padded else ""
         return f"gather {names[step.axis]} {step.in_size}->{step.out_size}x{step.span}{padding}"
-    if isinstance(step, WindowMaxStep):
-        return f"window-max {names[step.axis]} {step.in_size}->{step.out_size} ({step.span} gathers, Max)"
+    if isinstance(step, WindowReduceStep):
+        if step.family == "max":
+            return f"window-max {names[step.axis]} {step.in_size}->{step.out_size} ({step.span} gathers, Max)"
+        return f"window-mean {names[step.axis]} {step.in_size}->{step.out_size} ({step.span} gathers, Add, Div)"
     if isinstance(step, SpatialLayoutStep):
         return "spatial axes first" if step.spatial_first else "spatial axes back"
     if isinstance(step, WindowScaleStep):
@@ -464,56 +480,69 @@ def choose_plan(
         axes,
         steps,
         scaled_output,
-        onnx_max_steps(family, axes),
+        onnx_window_steps(family, axes),
     )
 
 
-def onnx_max_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]:
-    """The ONNX form of a max pool with a general axis: one :class:`WindowMaxStep` per pooled axis, outer
-    axes first, then the upsampling; ``()`` for every other pool (ONNX export runs ``steps``).
+def onnx_window_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]:
+    """The window form ONNX export runs (:class:`WindowReduceStep` per pooled axis, outer axes first,
+    then the upsampling), or ``()`` where ONNX export runs ``steps``.
 
-    Why not ``steps`` (each window gathered, padded to the longest, then one MaxPool): onnxruntime runs
-    that 1.2-2.2x slower than OpenVINO's native AdaptiveMaxPool, and its MaxPool skips NaN where
-    PyTorch's pools return NaN. The window maxima as elementwise Max of constant-index gathers are exact
-    with NaN and ±inf, and measured 0.05-0.75x OpenVINO's native op at one and two onnxruntime threads
-    (the max cases of ``python -m model_zoo_checks.benchmarks --sections pools``: 8x512 10->7, 1x512 64->6
-    and 33->6, 2x256 100x60->6, 4x256 25->7, 1d 8x64 1000->101, 3d 2x64 9x10x11->4x3x7; see
-    docs/results/benchmarks.md), 1.4-11x faster than the gather graph but for 100x60->6 (0.9-1.1x) and,
-    at two threads, 3d (1.0x) and 4x8->6x16 (0.4x, where one thread ran it 3.6x faster).
-    Forms measured and not taken: a sliding MaxPool (stride 1) of the shortest window length, then two
-    gathers of its result and a Max per axis (as fast on some cases, 2.4x slower on 100x60, and NaN-exact
-    only with a NaN count per window beside it, which made it 1.3-3.3x slower); the same with the input
-    moved channels-last first (faster on small planes, 1.6x slower on 64x64); the window maxima with
-    the spatial axes moved first is taken where it wins (:func:`prefer_spatial_first`). Outer axes go first:
-    their gathers copy whole rows, and the last axis's element by element then reads the shrunk tensor.
-    Only forward values: ONNX graphs are for inference; ``torch.export`` keeps ``steps``, whose gradient
-    goes to the first maximum in row-major order as PyTorch's does. Where :func:`prefer_spatial_first`
-    says so, the spatial axes are moved in front first (:class:`SpatialLayoutStep`) and back after.
+    Max family, wherever an axis has general windows. Why not ``steps`` (each window gathered, padded
+    to the longest, then one MaxPool): onnxruntime runs that 1.2-2.2x slower than OpenVINO's native
+    AdaptiveMaxPool, and its MaxPool skips NaN where PyTorch's pools return NaN. The window maxima as
+    elementwise Max of constant-index gathers are exact with NaN and ±inf, and measured 0.05-0.75x
+    OpenVINO's native op at one and two onnxruntime threads (the max cases of ``python -m
+    model_zoo_checks.benchmarks --sections pools``; see docs/results/benchmarks.md), 1.4-11x faster than
+    the gather graph but for 100x60->6 (0.9-1.1x) and, at two threads, 3d (1.0x) and 4x8->6x16 (0.4x,
+    where one thread ran it 3.6x faster). Forms measured and not taken: a sliding MaxPool (stride 1) of
+    the shortest window length, then two gathers of its result and a Max per axis (as fast on some
+    cases, 2.4x slower on 100x60, and NaN-exact only with a NaN count per window beside it, which made
+    it 1.3-3.3x slower); the same with the input moved channels-last first (faster on small planes,
+    1.6x slower on 64x64). Outer axes go first: their gathers copy whole rows, and the last axis's
+    element by element then reads the shrunk tensor; where :func:`prefer_spatial_first` says so, the
+    spatial axes are moved in front first (:class:`SpatialLayoutStep`) and back after.
+
+    Average family, where an axis has general windows and the plane is small enough that
+    :func:`last_axis_copies` reaches :data:`WINDOW_MEAN_MIN_COPIES`: the window sums by gathers in
+    the spatial-first layout, where every gather copies whole blocks, against the sliding AvgPools or
+    window slices of ``steps``, whose per-row copies along short rows cost most on small planes.
+
+    Only forward values: ONNX graphs are for inference; ``torch.export`` keeps ``steps``, whose max
+    gradient goes to the first maximum in row-major order as PyTorch's does.
     """
-    if family != "max" or not any(axis.kind == "gather" for axis in axes):
+    general = ("gather",) if family == "max" else ("sliding", "slices", "gather")
+    if not any(axis.kind in general for axis in axes):
+        return ()
+    spatial_first = prefer_spatial_first(axes)
+    if family == "avg" and last_axis_copies(axes) < WINDOW_MEAN_MIN_COPIES:
         return ()
     steps: list[Step] = [
-        WindowMaxStep(i, axis.in_size, axis.out_size, window_lengths(axis.in_size, axis.out_size)[-1])
+        WindowReduceStep(family, i, axis.in_size, axis.out_size, window_lengths(axis.in_size, axis.out_size)[-1])
         for i, axis in enumerate(axes)
-        if axis.kind in ("gather", "pool", "reduce")
+        if axis.kind in POOLED_KINDS
     ]
-    if prefer_spatial_first(axes):
+    if spatial_first or family == "avg":
         steps = [SpatialLayoutStep(True), *steps, SpatialLayoutStep(False)]
     if any(axis.kind == "upsample" for axis in axes):
         steps.append(UpsampleStep(tuple(None if axis.follows_input else axis.out_size for axis in axes)))
     return tuple(steps)
 
 
+# axis kinds that reduce windows (every other kind keeps or repeats entries)
+POOLED_KINDS = ("gather", "sliding", "slices", "pool", "reduce")
+
+
 def last_axis_copies(axes: tuple[AxisChoice, ...]) -> float:
-    """Entries the window-max form copies one by one along the last spatial axis, per input entry.
+    """Entries a window form copies one by one along the last spatial axis, per input entry.
 
     In the input's layout a gather along the last axis copies single entries: ``span * out`` per row
     of the tensor the earlier axes have shrunk. The other axes' gathers copy whole rows.
     """
     last = axes[-1]
-    if last.kind not in ("gather", "pool", "reduce"):
+    if last.kind not in POOLED_KINDS:
         return 0.0
-    rows = prod(a.out_size if a.kind in ("gather", "pool", "reduce") else a.in_size for a in axes[:-1])
+    rows = prod(a.out_size if a.kind in POOLED_KINDS else a.in_size for a in axes[:-1])
     span = window_lengths(last.in_size, last.out_size)[-1]
     return span * last.out_size * rows / prod(a.in_size for a in axes)
 

@@ -41,7 +41,7 @@ from .planning import (
     SpatialLayoutStep,
     UpsampleStep,
     WindowGatherStep,
-    WindowMaxStep,
+    WindowReduceStep,
     WindowScaleStep,
     WindowSlicesStep,
     axis_names,
@@ -82,22 +82,47 @@ def window_gather_indices(in_size: int, out_size: int, span: int, zero_padded: b
     return torch.tensor(positions, dtype=torch.int64)
 
 
-def window_max_indices(in_size: int, out_size: int, span: int) -> list[torch.Tensor]:
+def window_position_indices(in_size: int, out_size: int, span: int) -> list[torch.Tensor]:
     """``span`` index vectors of ``out_size`` entries: vector ``j`` holds position ``j`` of every window,
-    a window shorter than ``span`` repeating its last position, so the elementwise maximum of the
-    gathered vectors is each window's maximum."""
+    a window shorter than ``span`` repeating its last position (:func:`window_short_masks` marks the
+    repeats), so the elementwise maximum of the gathered vectors is each window's maximum."""
     bounds = window_bounds(in_size, out_size)
     return [torch.tensor([min(start + j, end - 1) for start, end in bounds], dtype=torch.int64) for j in range(span)]
 
 
+def window_short_masks(in_size: int, out_size: int, span: int) -> list[torch.Tensor | None]:
+    """Per vector of :func:`window_position_indices`, which windows are too short for it (a repeat);
+    ``None`` where every window reaches that position."""
+    bounds = window_bounds(in_size, out_size)
+    masks = [torch.tensor([start + j >= end for start, end in bounds]) for j in range(span)]
+    return [mask if bool(mask.any()) else None for mask in masks]
+
+
 def window_maxima(x: torch.Tensor, dim: int, gathers: Sequence[torch.Tensor]) -> torch.Tensor:
     """Each window's maximum along ``dim``: the elementwise maximum of ``x`` gathered at each index vector
-    of :func:`window_max_indices`. Exports as Gather and Max; Max propagates NaN (onnxruntime's MaxPool
-    and ReduceMax skip it)."""
+    of :func:`window_position_indices`. Exports as Gather and Max; Max propagates NaN (onnxruntime's
+    MaxPool and ReduceMax skip it)."""
     result = torch.index_select(x, dim, gathers[0])
     for indices in gathers[1:]:
         result = torch.maximum(result, torch.index_select(x, dim, indices))
     return result
+
+
+def window_means(
+    x: torch.Tensor, dim: int, gathers: Sequence[torch.Tensor], short: Sequence[torch.Tensor | None], lengths: torch.Tensor
+) -> torch.Tensor:
+    """Each window's mean along ``dim``: the gathers of :func:`window_position_indices` added in window
+    order, a short window's repeats zeroed (``short``, Where in ONNX: no product, so NaN and ±inf stay in
+    their windows), divided by the window lengths. Exports as Gather, Where, Add and Div."""
+    shape = [1] * x.dim()
+    shape[dim] = lengths.numel()
+    result = torch.index_select(x, dim, gathers[0])
+    for indices, repeats in zip(gathers[1:], short[1:]):
+        entries = torch.index_select(x, dim, indices)
+        if repeats is not None:
+            entries = entries.masked_fill(repeats.view(shape), 0)
+        result = result + entries
+    return result / lengths.view(shape).to(result.dtype)
 
 
 def move_spatial_axes(x: torch.Tensor, dims: int, first: bool) -> torch.Tensor:
@@ -265,9 +290,15 @@ class ExactAdaptivePool(nn.Module):
             elif isinstance(step, WindowScaleStep):
                 self.register_buffer(f"weight_{index}", self._weight(step, dtype, device), persistent=False)
         for index, step in enumerate(self.plan.onnx_steps):
-            if isinstance(step, WindowMaxStep):
-                for j, indices in enumerate(window_max_indices(step.in_size, step.out_size, step.span)):
+            if isinstance(step, WindowReduceStep):
+                for j, indices in enumerate(window_position_indices(step.in_size, step.out_size, step.span)):
                     self.register_buffer(f"indices_onnx_{index}_{j}", indices.to(device), persistent=False)
+                if step.family == "avg":
+                    for j, repeats in enumerate(window_short_masks(step.in_size, step.out_size, step.span)):
+                        if repeats is not None:
+                            self.register_buffer(f"indices_onnx_{index}_short_{j}", repeats.to(device), persistent=False)
+                    lengths = torch.tensor([end - start for start, end in window_bounds(step.in_size, step.out_size)])
+                    self.register_buffer(f"indices_onnx_{index}_lengths", lengths.to(device), persistent=False)
 
     @staticmethod
     def _weight(step: WindowScaleStep, dtype: torch.dtype, device: torch.device | str | None) -> torch.Tensor:
@@ -393,16 +424,25 @@ class ExactAdaptivePool(nn.Module):
         return self._run_onnx_steps(x) if self.plan.onnx_steps else self._run(x, eager=False)
 
     def _run_onnx_steps(self, x: torch.Tensor) -> torch.Tensor:
-        """The plan's ``onnx_steps``: window maxima by gathers and elementwise maxima, then any upsampling.
+        """The plan's ``onnx_steps``: window maxima or means by gathers, then any upsampling.
 
-        Values only (ONNX graphs are for inference), exact in every dtype: a maximum rounds nothing.
+        Values only (ONNX graphs are for inference). A maximum rounds nothing; window sums of float16
+        and bfloat16 inputs are taken in float32, as PyTorch's average pools accumulate them.
         """
-        source, dims = x, self.plan.spatial_dims
+        source, dims, dtype = x, self.plan.spatial_dims, x.dtype
+        upcast = self.plan.family == "avg" and dtype in _LOW_PRECISION
+        if upcast:
+            x = x.float()
         spatial_first = False
         for index, step in enumerate(self.plan.onnx_steps):
-            if isinstance(step, WindowMaxStep):
+            if isinstance(step, WindowReduceStep):
                 gathers = [getattr(self, f"indices_onnx_{index}_{j}") for j in range(step.span)]
-                x = window_maxima(x, step.axis if spatial_first else step.axis - dims, gathers)
+                dim = step.axis if spatial_first else step.axis - dims
+                if step.family == "max":
+                    x = window_maxima(x, dim, gathers)
+                else:
+                    short = [getattr(self, f"indices_onnx_{index}_short_{j}", None) for j in range(step.span)]
+                    x = window_means(x, dim, gathers, short, getattr(self, f"indices_onnx_{index}_lengths"))
             elif isinstance(step, SpatialLayoutStep):
                 x = move_spatial_axes(x, dims, step.spatial_first)
                 spatial_first = step.spatial_first
@@ -410,7 +450,7 @@ class ExactAdaptivePool(nn.Module):
                 x = _upsample(x, step, self.batched)
             else:
                 raise AssertionError(f"no ONNX form for step {step!r}")
-        return keep_memory_format(source, x, dims)
+        return keep_memory_format(source, x.to(dtype) if upcast else x, dims)
 
     @property
     def runs_native_in_eager(self) -> bool:

@@ -10,15 +10,17 @@ repeat, after a warm-up, and the median of the repeats is reported. Sections:
   intra-op thread count (1 and 2), one alternating run of every form (:func:`runtime_case`):
   fxpool static and ``dynamic=True`` in eager and in onnxruntime, OpenVINO's native op on the
   original module, and the read-once floor (one max over the spatial axes) in eager and in
-  onnxruntime; for the max family's general windows, the gather + MaxPool graph beside the
-  window-max graph ONNX export now gets. ``--device cuda`` times with CUDA events in ``--dtypes``
+  onnxruntime; where ONNX export gets a window form (``PoolPlan.onnx_steps``), the graph of the
+  plan's steps beside it. ``--device cuda`` times with CUDA events in ``--dtypes``
   (float32, float16, bfloat16) and leaves out onnxruntime and OpenVINO.
 - ``convert``: ``fxpool.convert`` time as a multiple of one eager forward (the two alternating), for a
   fixed list across the five suites at their default input, and the conversion's peak memory above
   the original's own forward (resident set size, each model in a process of its own).
 - ``avgforms``: each exact form of a general average axis (sliding AvgPools, window slices, gathered
-  windows) exported alone and timed side by side in onnxruntime (one thread), against the planner's
-  pick: the data :data:`fxpool.planning.SLIDING_MAX_LENGTH` and ``SLICES_MAX_WINDOWS`` are fitted to.
+  windows, and ONNX export's window means in the spatial-first layout) exported alone and timed side
+  by side in onnxruntime (one thread), against the planner's pick: the data
+  :data:`fxpool.planning.SLIDING_MAX_LENGTH`, ``SLICES_MAX_WINDOWS`` and ``WINDOW_MEAN_MIN_COPIES``
+  are fitted to.
 - ``quantization``: onnxruntime's dynamic and static (QDQ) quantizers, OpenVINO's NNCF and PyTorch 2
   export quantization run by ExecuTorch, on the original and on fxpool's conversion, per replacement
   kind and on zoo models (:mod:`model_zoo_checks.quantization`; third-party output in
@@ -110,11 +112,12 @@ AVERAGE_FORM_CASES: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
     ((2, 16, 3000), (101,)),
     ((2, 64, 5, 10, 10), (3, 7, 7)),
 )
-# planning's limits that force each form on every general average axis
+# planning's limits that force each form on every general average axis (window: ONNX export's window means)
 AVERAGE_FORM_LIMITS = {
-    "sliding": {"SLIDING_MAX_LENGTH": 1 << 30},
-    "slices": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 1 << 30},
-    "gather": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 0},
+    "sliding": {"SLIDING_MAX_LENGTH": 1 << 30, "WINDOW_MEAN_MIN_COPIES": 1 << 30},
+    "slices": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 1 << 30, "WINDOW_MEAN_MIN_COPIES": 1 << 30},
+    "gather": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 0, "WINDOW_MEAN_MIN_COPIES": 1 << 30},
+    "window": {"WINDOW_MEAN_MIN_COPIES": 0},
 }
 
 
@@ -243,8 +246,9 @@ def runtime_case(
     Keys ``t{threads}_{form}``: ``eager_native``, ``eager_fxpool``, ``eager_fxpool_dynamic``,
     ``eager_floor`` (torch at ``threads`` threads); ``ort_fxpool``, ``ort_fxpool_dynamic``,
     ``ort_floor`` (onnxruntime, spinning off, graphs from the TorchScript exporter, ``dynamo=False``);
-    ``ort_fxpool_gather`` where the plan has an ONNX form of its own (the max family's general windows:
-    the gather + MaxPool graph that ``torch.export`` keeps, exported as such); ``openvino_native``.
+    ``ort_fxpool_steps`` where the plan has an ONNX window form of its own (``PoolPlan.onnx_steps``): the
+    plan's ``steps`` that ``torch.export`` keeps, exported as such (gather + MaxPool; sliding AvgPools or
+    window slices); ``openvino_native``.
     """
     from dataclasses import replace
 
@@ -261,7 +265,7 @@ def runtime_case(
     }
     plan = choose_plan(family, tuple(shape[-dims:]), output)  # type: ignore[arg-type]
     if plan.onnx_steps:
-        graphs["fxpool_gather"] = ExactAdaptivePool(replace(plan, onnx_steps=()))
+        graphs["fxpool_steps"] = ExactAdaptivePool(replace(plan, onnx_steps=()))
     paths = {}
     for name, module in graphs.items():
         paths[name] = f"{workdir}/{name}.onnx"
@@ -425,9 +429,11 @@ def average_forms_section(repeats: int) -> list[dict[str, Any]]:
                 {f: (lambda s=s: s.run(None, {s.get_inputs()[0].name: array})) for f, s in sessions.items()}, repeats
             )
             chosen = planning.choose_plan("avg", tuple(shape[-dims:]), output)
-            picked = next((a.kind for a in chosen.axes if a.kind in AVERAGE_FORM_LIMITS), "gather")
+            picked = (
+                "window" if chosen.onnx_steps else next((a.kind for a in chosen.axes if a.kind in AVERAGE_FORM_LIMITS), "gather")
+            )
             best = min(times, key=times.__getitem__)
-            row = {"shape": list(shape), "output": list(output), "chosen": chosen.describe(), "picked": picked, "best": best}
+            row = {"shape": list(shape), "output": list(output), "chosen": chosen.describe_onnx(), "picked": picked, "best": best}
             row.update({f"ort_{form}": t for form, t in times.items()})
             rows.append(row)
             cells = " | ".join(f"{times[f] * 1e3:.3f}" for f in AVERAGE_FORM_LIMITS)
@@ -493,8 +499,8 @@ HEADERS = {
     "| fwd / floor | native fwd / floor |\n|---|---|---|---|---|---|---|\n",
     "convert": "\n| model | input | parameters | pools | intercepted modules | forward ms | convert ms | convert / forward "
     "| convert's extra peak MB, of the forward's |\n|---|---|---|---|---|---|---|---|---|\n",
-    "avgforms": "\n| average pool | ORT sliding ms | ORT slices ms | ORT gather ms | picked | best | picked / best |\n"
-    "|---|---|---|---|---|---|---|\n",
+    "avgforms": "\n| average pool | ORT sliding ms | ORT slices ms | ORT gather ms | ORT window ms | picked | best "
+    "| picked / best |\n|---|---|---|---|---|---|---|---|\n",
     "quantization": "\n" + quantization.HEADER,
     "models": "\n| model | size | dtype | original ms | converted ms | converted / original |\n|---|---|---|---|---|---|\n",
     "compile": "\n| torch.compile(fullgraph=True) | dtype | converted / original |\n|---|---|---|\n",

@@ -288,9 +288,10 @@ def runtime_markdown(cases: Sequence[dict[str, Any]]) -> list[str]:
             "Ratios of forward times from one alternating run: over OpenVINO's native op on the original module "
             "(below 1: fxpool is faster) and over the floor, one max over the spatial axes read once "
             "(onnxruntime's ReduceMax; eager's amax for eager). onnxruntime ms: fxpool's graph (TorchScript "
-            'exporter). "gather graph": the max family\'s gather + MaxPool form, which ONNX export got before '
-            "its window-max form (torch.export keeps it). Static over dynamic: fxpool's static graph over its "
-            "dynamic=True graph.",
+            'exporter). "steps graph": where ONNX export gets a window form (max pools with uneven windows, '
+            "average pools with uneven windows on small planes), the plan's steps exported instead: the gather + "
+            "MaxPool form, or the sliding AvgPools and window slices, that torch.export keeps. Static over "
+            "dynamic: fxpool's static graph over its dynamic=True graph.",
             "",
         ]
         onnxruntime = [
@@ -299,12 +300,12 @@ def runtime_markdown(cases: Sequence[dict[str, Any]]) -> list[str]:
                 _fmt(row[key + "ort_fxpool"] * 1e3),
                 _over(row, key + "ort_fxpool", key + "openvino_native"),
                 _over(row, key + "ort_fxpool", key + "ort_floor", ".1f"),
-                _over(row, key + "ort_fxpool_gather", key + "openvino_native"),
+                _over(row, key + "ort_fxpool_steps", key + "openvino_native"),
                 _over(row, key + "ort_fxpool", key + "ort_fxpool_dynamic"),
             )
             for row in rows
         ]
-        header = ("case", "onnxruntime ms", "/ OpenVINO", "/ floor", "gather graph / OpenVINO", "static / dynamic")
+        header = ("case", "onnxruntime ms", "/ OpenVINO", "/ floor", "steps graph / OpenVINO", "static / dynamic")
         lines += _table(header, onnxruntime) + [""]
         others = [
             (

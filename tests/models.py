@@ -122,3 +122,16 @@ class ExportBranch(nn.Module):
         if torch.onnx.is_in_onnx_export():
             return self.pool(x) + F.interpolate(x, size=(4, 4), mode="area")
         return self.pool(x) * 2
+
+
+class IndicesHead(nn.Module):
+    """A pool fxpool leaves to PyTorch (its argmax indices are asked for) and no stock exporter takes
+    with dynamic spatial axes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+        self.pool = nn.AdaptiveMaxPool2d(7, return_indices=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(self.conv(x))[0]

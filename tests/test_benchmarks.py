@@ -35,7 +35,7 @@ def test_eager_and_onnx_cases_time_every_contender(family: str, tmp_path) -> Non
 def test_the_runtime_case_times_every_form_at_the_given_threads(family: str, tmp_path) -> None:
     row = benchmarks.runtime_case(family, (1, 8, 10, 10), (7, 7), repeats=1, workdir=str(tmp_path), threads=1)
     forms = {"ort_fxpool", "ort_fxpool_dynamic", "ort_floor", "eager_native", "eager_fxpool", "eager_fxpool_dynamic", "eager_floor"}
-    forms |= {"openvino_native"} | ({"ort_fxpool_gather"} if family == "max" else set())  # max 10->7: window-max and gather graphs
+    forms |= {"openvino_native", "ort_fxpool_steps"}  # 10->7 exports a window form: its steps graph is timed beside it
     assert set(row) == {f"t1_{form}" for form in forms}
     assert all(t > 0 for t in row.values())
 
@@ -43,12 +43,13 @@ def test_the_runtime_case_times_every_form_at_the_given_threads(family: str, tmp
 def test_average_form_rows_time_every_form_and_leave_the_planner_as_it_was(monkeypatch) -> None:
     from fxpool import planning
 
-    monkeypatch.setattr(benchmarks, "AVERAGE_FORM_CASES", (((1, 4, 10, 10), (7, 7)), ((1, 4, 64), (6,))))
-    limits = (planning.SLIDING_MAX_LENGTH, planning.SLICES_MAX_WINDOWS)
+    monkeypatch.setattr(benchmarks, "AVERAGE_FORM_CASES", (((1, 4, 10, 10), (7, 7)), ((1, 4, 64, 64), (6, 6))))
+    names = ("SLIDING_MAX_LENGTH", "SLICES_MAX_WINDOWS", "WINDOW_MEAN_MIN_COPIES")
+    limits = [getattr(planning, name) for name in names]
     rows = benchmarks.average_forms_section(repeats=1)
-    assert (planning.SLIDING_MAX_LENGTH, planning.SLICES_MAX_WINDOWS) == limits
-    assert [r["picked"] for r in rows] == ["sliding", "slices"]
-    assert all(r[f"ort_{form}"] > 0 for r in rows for form in ("sliding", "slices", "gather"))
+    assert [getattr(planning, name) for name in names] == limits
+    assert [r["picked"] for r in rows] == ["window", "slices"]
+    assert all(r[f"ort_{form}"] > 0 for r in rows for form in ("sliding", "slices", "gather", "window"))
 
 
 @pytest.mark.cuda

@@ -17,7 +17,7 @@ from fxpool import cli
 from fxpool import cli as cli_module
 from fxpool.verifying import op_histogram
 
-EXPORT_TESTS = Path(__file__).with_name("test_export.py")  # holds IndicesHead, a model file for the CLI
+EXPORT_TESTS = Path(__file__).with_name("models.py")  # holds IndicesHead, a model file for the CLI
 
 
 def test_cli_export_and_inspect(tmp_path) -> None:

@@ -67,6 +67,8 @@ def assert_same_pool(family: str, x: torch.Tensor, out_sizes: tuple, with_grad: 
         # the exact function of the same rounded input instead, rounded once to the dtype.
         theirs = native(b.detach().double(), out_sizes).to(x.dtype)
     torch.testing.assert_close(ours, theirs, **tolerance)
+    if plan.onnx_steps:  # what ONNX export runs (forward values)
+        torch.testing.assert_close(module.onnx_form(x.detach()), theirs.detach(), **tolerance)
     if with_grad and theirs.numel():
         upstream = torch.randn_like(theirs)
         ours.backward(upstream)
@@ -88,16 +90,17 @@ def test_exhaustive_1d(family: str, in_size: int) -> None:
 
 
 # Each general average form forced on every non-uniform axis, whatever its windows (planning's limits).
-AVERAGE_FORMS = {
-    "sliding": {"SLIDING_MAX_LENGTH": 10**9},
-    "slices": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 10**9},
-    "gather": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 0},
+AVERAGE_FORMS = {  # and ONNX export's window form on or off
+    "sliding": {"SLIDING_MAX_LENGTH": 10**9, "WINDOW_MEAN_MIN_COPIES": 10**9},
+    "slices": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 10**9, "WINDOW_MEAN_MIN_COPIES": 10**9},
+    "gather": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 0, "WINDOW_MEAN_MIN_COPIES": 10**9},
+    "window": {"WINDOW_MEAN_MIN_COPIES": 0},
 }
 
 
 def force_average_form(form: str) -> dict[str, int]:
     """Set planning's limits so general average axes take ``form``; returns the values to restore."""
-    saved = {name: getattr(planning, name) for name in ("SLIDING_MAX_LENGTH", "SLICES_MAX_WINDOWS")}
+    saved = {name: getattr(planning, name) for name in AVERAGE_FORMS["slices"]}
     for name, value in AVERAGE_FORMS[form].items():
         setattr(planning, name, value)
     return saved
@@ -116,7 +119,7 @@ def test_exhaustive_1d_in_every_average_form(in_size: int, average_form: str) ->
     """Each general average form against PyTorch at every length 1..16 -> 1..20, float64, with gradients."""
     for out_size in range(1, 21):
         plan = choose_plan("avg", (in_size,), (out_size,))
-        assert plan.axes[0].kind in ("identity", "reduce", "pool", "upsample", average_form)
+        assert ("window" if plan.onnx_steps else plan.axes[0].kind) in ("identity", "reduce", "pool", "upsample", average_form)
         assert_same_pool("avg", torch.randn(2, 3, in_size, dtype=torch.float64), (out_size,))
 
 
@@ -360,8 +363,8 @@ def test_the_long_axis_form_exports_with_portable_ops(dynamo: bool, tmp_path) ->
 
     pool = torch.nn.AdaptiveAvgPool1d(4000)
     result = fxpool.export(pool, torch.randn(1, 2, 4096), tmp_path / "long.onnx", dynamo=dynamo)
-    assert {"Gather", "AveragePool", "Concat"} <= set(result.op_histogram), result.op_histogram
-    assert not {"GatherND", "Where", "MatMul"} & set(result.op_histogram), result.op_histogram
+    assert {"Gather", "Where", "Add", "Div"} <= set(result.op_histogram), result.op_histogram  # window means
+    assert not {"GatherND", "MatMul", "Mul", "AveragePool"} & set(result.op_histogram), result.op_histogram
     assert result.max_abs_error < 1e-5
 
 

@@ -52,9 +52,9 @@ def test_quantization_tables_say_no_where_the_bound_is_missed_and_dash_where_a_q
 def test_runtime_tables_give_ratios_per_thread_count_and_dash_where_a_form_is_missing() -> None:
     row = {"case": "max 10->7", "family": "max", "dtype": "float32", "fwd_fxpool": 1.0, "fwd_native": 1.0}
     row |= {"fwdbwd_fxpool": 1.0, "fwdbwd_native": 1.0, "input_MB": 1.6}
-    row |= {"t1_ort_fxpool": 2e-3, "t1_openvino_native": 4e-3, "t1_ort_floor": 1e-4, "t1_ort_fxpool_gather": 8e-3}
+    row |= {"t1_ort_fxpool": 2e-3, "t1_openvino_native": 4e-3, "t1_ort_floor": 1e-4, "t1_ort_fxpool_steps": 8e-3}
     row |= {"t1_ort_fxpool_dynamic": 1e-2, "t1_eager_fxpool": 3e-3, "t1_eager_floor": 1e-3, "t1_eager_fxpool_dynamic": 6e-3}
-    uniform = {k: v for k, v in row.items() if k != "t1_ort_fxpool_gather"} | {"case": "max 14->7"}
+    uniform = {k: v for k, v in row.items() if k != "t1_ort_fxpool_steps"} | {"case": "max 14->7"}
     text = tables.bench_markdown({"torch": "x", "threads": 2, "repeats": 3, "pools": {"cases": [row, uniform]}})
     assert "read-once floor, 1 thread\n" in text and "read-once floor, 2 threads" not in text
     assert "| max 10->7 | 2.00 | 0.50 | 20.0 | 2.00 | 0.20 |" in text  # onnxruntime

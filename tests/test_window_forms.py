@@ -1,9 +1,11 @@
-"""The max family's ONNX form (``PoolPlan.onnx_steps``: window maxima by gathers and elementwise Max).
+"""The window forms ONNX export runs (``PoolPlan.onnx_steps``): window maxima by gathers and elementwise
+Max, window means by gathers, Where, Add and Div.
 
-Values are compared bit for bit with PyTorch's adaptive max pools, NaN at the positions where PyTorch
-has NaN, with NaN and ±inf placed at random positions; in eager (``ExactAdaptivePool.onnx_form``) over
-exhaustive small sizes, and in onnxruntime. The gradient stays PyTorch's under ``torch.export``, which
-keeps the gather + MaxPool form (ties included).
+Max values are compared bit for bit with PyTorch's adaptive max pools, means within float rounding
+(relative 1e-6, absolute 1e-6 in float32), and both have NaN and ±inf exactly where PyTorch has them,
+with NaN and ±inf placed at random positions; in eager (``ExactAdaptivePool.onnx_form``) over
+exhaustive small sizes, and in onnxruntime. The max gradient stays PyTorch's under ``torch.export``,
+which keeps the gather + MaxPool form (ties included).
 """
 
 from __future__ import annotations
@@ -16,11 +18,19 @@ import torch
 import torch.nn.functional as F
 
 import fxpool
-from fxpool.planning import SPATIAL_FIRST_MIN_COPIES, SpatialLayoutStep, WindowMaxStep, choose_plan, last_axis_copies
-from fxpool.replacements import ExactAdaptivePool, window_max_indices
+from fxpool.planning import (
+    SPATIAL_FIRST_MIN_COPIES,
+    WINDOW_MEAN_MIN_COPIES,
+    SpatialLayoutStep,
+    WindowReduceStep,
+    choose_plan,
+    last_axis_copies,
+)
+from fxpool.replacements import ExactAdaptivePool, window_position_indices, window_short_masks
 from fxpool.windows import window_bounds
 
 NATIVE = {1: F.adaptive_max_pool1d, 2: F.adaptive_max_pool2d, 3: F.adaptive_max_pool3d}
+NATIVE_AVG = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}
 GRID_2D = list(itertools.product((1, 2, 5, 7, 10, 13), repeat=2))  # in sizes
 OUT_2D = list(itertools.product((1, 2, 3, 4, 6, 9), repeat=2))
 
@@ -44,23 +54,40 @@ def assert_max_equal(ours: torch.Tensor | np.ndarray, theirs: torch.Tensor, wher
     assert torch.equal(ours.nan_to_num(), theirs.nan_to_num()), where
 
 
-def module_for(in_sizes: tuple[int, ...], out_sizes: tuple[int, ...]) -> ExactAdaptivePool:
-    return ExactAdaptivePool(choose_plan("max", in_sizes, out_sizes), "test")
+def assert_mean_close(ours: torch.Tensor | np.ndarray, theirs: torch.Tensor, where: object) -> None:
+    """Same shape, NaN and ±inf exactly where PyTorch has them, finite values within float rounding."""
+    ours = torch.as_tensor(ours)
+    assert ours.shape == theirs.shape, where
+    assert torch.equal(ours.isnan(), theirs.isnan()), where
+    infinite = theirs.isinf()
+    assert torch.equal(ours.isinf(), infinite) and torch.equal(ours[infinite], theirs[infinite]), where
+    tolerance = {torch.float16: 1e-3, torch.bfloat16: 1e-2}.get(theirs.dtype, 1e-6)
+    finite = theirs.isfinite()
+    torch.testing.assert_close(ours[finite], theirs[finite], rtol=tolerance, atol=tolerance, msg=str(where))
+
+
+def module_for(in_sizes: tuple[int, ...], out_sizes: tuple[int, ...], family: str = "max") -> ExactAdaptivePool:
+    return ExactAdaptivePool(choose_plan(family, in_sizes, out_sizes), "test")  # type: ignore[arg-type]
 
 
 # --- the plan ---
 
 
-def test_only_max_plans_with_a_general_axis_get_an_onnx_form() -> None:
+def test_only_plans_with_a_general_axis_get_an_onnx_form() -> None:
     assert choose_plan("max", (10, 10), (7, 7)).onnx_steps
-    assert not choose_plan("avg", (10, 10), (7, 7)).onnx_steps  # average family: ONNX runs its steps
+    assert choose_plan("avg", (10, 10), (7, 7)).onnx_steps
+    assert not choose_plan("avg", (64, 64), (6, 6)).onnx_steps  # a large plane: the sliced windows of its steps
+    assert not choose_plan("avg", (14, 14), (7, 7)).onnx_steps  # one AvgPool already
     assert not choose_plan("max", (14, 14), (7, 7)).onnx_steps  # one MaxPool already
     assert not choose_plan("max", (9, 9), (1, 1)).onnx_steps  # one amax
     plan = choose_plan("max", (100, 60, 5), (6, 6, 5))
-    assert plan.onnx_steps == (WindowMaxStep(0, 100, 6, 18), WindowMaxStep(1, 60, 6, 10))  # the identity axis has none
+    assert plan.onnx_steps == (
+        WindowReduceStep("max", 0, 100, 6, 18),
+        WindowReduceStep("max", 1, 60, 6, 10),
+    )  # the identity axis has none
     assert plan.describe_onnx() == "window-max D 100->6 (18 gathers, Max) -> window-max H 60->6 (10 gathers, Max)"
     upsampled = choose_plan("max", (4, 8), (6, 16))
-    assert [type(step).__name__ for step in upsampled.onnx_steps] == ["WindowMaxStep", "UpsampleStep"]
+    assert [type(step).__name__ for step in upsampled.onnx_steps] == ["WindowReduceStep", "UpsampleStep"]
 
 
 def test_the_spatial_axes_go_first_where_the_last_axis_would_copy_entries_one_by_one() -> None:
@@ -75,16 +102,82 @@ def test_the_spatial_axes_go_first_where_the_last_axis_would_copy_entries_one_by
 
 
 @pytest.mark.parametrize("in_size", range(1, 13))
-def test_window_max_indices_cover_every_window_and_nothing_else(in_size: int) -> None:
+def test_window_position_indices_cover_every_window_and_nothing_else(in_size: int) -> None:
     for out_size in range(1, 13):
         bounds = window_bounds(in_size, out_size)
         span = max(end - start for start, end in bounds)
-        gathered = torch.stack(window_max_indices(in_size, out_size, span))  # (span, out)
+        gathered = torch.stack(window_position_indices(in_size, out_size, span))  # (span, out)
         for i, (start, end) in enumerate(bounds):
             assert set(gathered[:, i].tolist()) == set(range(start, end))
 
 
+def test_average_window_form_only_where_the_plane_is_small() -> None:
+    small = choose_plan("avg", (10, 10), (7, 7))
+    assert small.describe_onnx() == (
+        "spatial axes first -> window-mean H 10->7 (3 gathers, Add, Div) -> window-mean W 10->7 (3 gathers, Add, Div)"
+        " -> spatial axes back"
+    )
+    large = choose_plan("avg", (64, 64), (6, 6))  # 12 * 6 * 6 / 4096 = 0.105 copies
+    assert last_axis_copies(large.axes) < WINDOW_MEAN_MIN_COPIES <= last_axis_copies(small.axes)
+    up = choose_plan("avg", (4, 5), (6, 6))  # up-sampling windows of 1 or 2 entries: a window form too
+    assert [type(step).__name__ for step in up.onnx_steps] == ["SpatialLayoutStep", *["WindowReduceStep"] * 2, "SpatialLayoutStep"]
+
+
+@pytest.mark.parametrize("in_size", range(1, 13))
+def test_window_short_masks_mark_exactly_the_repeats(in_size: int) -> None:
+    for out_size in range(1, 13):
+        bounds = window_bounds(in_size, out_size)
+        span = max(end - start for start, end in bounds)
+        masks = window_short_masks(in_size, out_size, span)
+        for j, mask in enumerate(masks):
+            expected = [start + j >= end for start, end in bounds]
+            assert (mask is None and not any(expected)) or (mask is not None and mask.tolist() == expected)
+
+
 # --- eager, what ONNX export runs ---
+
+
+@pytest.mark.parametrize("in_size", range(1, 13))
+def test_average_exhaustive_1d_with_nan_and_inf(in_size: int) -> None:
+    for out_size in range(1, 13):
+        x = with_specials((2, 5, in_size), seed=in_size * 100 + out_size)
+        module = module_for((in_size,), (out_size,), "avg")
+        assert_mean_close(module.onnx_form(x), NATIVE_AVG[1](x, out_size), (in_size, out_size))
+
+
+@pytest.mark.parametrize("in_sizes", GRID_2D)
+def test_average_2d_grid_with_nan_and_inf(in_sizes: tuple[int, int]) -> None:
+    for out_sizes in OUT_2D + [(17, 11), (12, 3)]:
+        x = with_specials((2, 3, *in_sizes), seed=sum(in_sizes) * 100 + sum(out_sizes))
+        ours = module_for(in_sizes, out_sizes, "avg").onnx_form(x)
+        assert_mean_close(ours, NATIVE_AVG[2](x, out_sizes), (in_sizes, out_sizes))
+
+
+@pytest.mark.parametrize("in_sizes", [(5, 10, 10), (9, 10, 11), (3, 8, 2)])
+def test_average_3d_with_nan_and_inf(in_sizes: tuple[int, int, int]) -> None:
+    for out_sizes in itertools.product((1, 3, 4, 7), repeat=3):
+        x = with_specials((2, 3, *in_sizes), seed=sum(out_sizes))
+        ours = module_for(in_sizes, out_sizes, "avg").onnx_form(x)
+        assert_mean_close(ours, NATIVE_AVG[3](x, out_sizes), (in_sizes, out_sizes))
+
+
+def test_average_every_dtype_unbatched_and_channels_last() -> None:
+    module = module_for((10, 9), (7, 4), "avg")
+    assert module.plan.onnx_steps
+    for dtype in (torch.float64, torch.float16, torch.bfloat16):
+        x = with_specials((2, 3, 10, 9), seed=3, dtype=dtype)
+        ours = module.onnx_form(x)
+        assert ours.dtype == dtype
+        assert_mean_close(ours, NATIVE_AVG[2](x, (7, 4)), dtype)
+    unbatched = with_specials((3, 10, 9), seed=4)
+    assert_mean_close(module.onnx_form(unbatched), NATIVE_AVG[2](unbatched, (7, 4)), "unbatched")
+    channels_last = with_specials((2, 3, 10, 9), seed=5).contiguous(memory_format=torch.channels_last)
+    ours = module.onnx_form(channels_last)
+    assert ours.is_contiguous(memory_format=torch.channels_last)
+    assert_mean_close(ours, NATIVE_AVG[2](channels_last, (7, 4)), "channels_last")
+    doubled = module_for((10, 9), (7, 4), "avg").double()  # constants rebuilt after a dtype change
+    x = with_specials((1, 2, 10, 9), seed=6, dtype=torch.float64)
+    assert_mean_close(doubled.onnx_form(x), NATIVE_AVG[2](x, (7, 4)), "double module")
 
 
 @pytest.mark.parametrize("in_size", range(1, 13))
@@ -133,7 +226,8 @@ def test_the_onnx_form_rebuilds_its_indices_after_a_dtype_change() -> None:
 def _onnxruntime(module: torch.nn.Module, x: torch.Tensor, path, dynamo: bool = False) -> np.ndarray:
     import onnxruntime
 
-    converted = fxpool.convert(module, x.nan_to_num())  # the self-check compares with allclose, NaN-free
+    # the self-check compares with allclose: a finite example (±inf as ±float max would overflow window sums)
+    converted = fxpool.convert(module, x.nan_to_num(nan=0.0, posinf=1.0, neginf=-1.0))
     torch.onnx.export(converted, (x,), path, dynamo=dynamo)
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     return session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
@@ -196,6 +290,22 @@ def test_onnxruntime_maxpool_and_reducemax_skip_nan_which_is_why_the_form_uses_m
         providers=["CPUExecutionProvider"],
     )
     assert np.isnan(session.run(None, {"x": x})[0][0, 0, 1])
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_average_window_form_in_onnxruntime_exports_gathers_where_add_div(dynamo: bool, tmp_path) -> None:
+    import onnx
+
+    cases = [((10, 10), (7, 7)), ((4, 5), (6, 6)), ((1000,), (101,)), ((5, 10, 10), (3, 7, 7)), ((13, 10), (13, 7))]
+    native = {1: torch.nn.AdaptiveAvgPool1d, 2: torch.nn.AdaptiveAvgPool2d, 3: torch.nn.AdaptiveAvgPool3d}
+    for in_sizes, out_sizes in cases:
+        assert choose_plan("avg", in_sizes, out_sizes).onnx_steps, (in_sizes, out_sizes)
+        for dtype in (torch.float32, torch.float64):
+            x = with_specials((2, 4, *in_sizes), seed=len(in_sizes), dtype=dtype)
+            ours = _onnxruntime(native[len(in_sizes)](out_sizes).to(dtype), x, tmp_path / "pool.onnx", dynamo)
+            assert_mean_close(ours, NATIVE_AVG[len(in_sizes)](x, out_sizes), (in_sizes, out_sizes, dtype))
+            ops = {node.op_type for node in onnx.load(str(tmp_path / "pool.onnx")).graph.node}
+            assert {"Gather", "Add", "Div", "Transpose"} <= ops and not {"AveragePool", "MatMul", "Mul"} & ops, ops
 
 
 # --- torch.export keeps the gradient-exact form ---
