@@ -77,15 +77,16 @@ SLICES_MAX_WINDOWS = 128
 # 33x33->6x6 (0.23: 3.4 against 1.5). Checked by ``python -m model_zoo_checks.benchmarks --sections pools
 # --cases max`` (10->7: 0.12x OpenVINO's native op, against 0.24x in the layout of the input).
 SPATIAL_FIRST_MIN_COPIES = 0.5
-# The average family's window form (window sums by gathers, spatial axes first) replaces the sliding
-# AvgPools and window slices where the last-axis copies (:func:`last_axis_copies`) reach this. Fitted to
-# onnxruntime, one thread, quiet machine (ms, window form against ``steps``): it won at 10x10->7x7 at
-# 8x512 (1.47 copies: 1.36 against 2.47), 1x512 (0.08 against 0.20) and 32x512 (7.9 against 13.0),
-# 14->6 (0.55: 1.31 against 1.70), 25->7 (0.39: 0.94 against 1.19), 20->7 (0.26: 0.23 against 0.55),
-# 11->4 (0.23: 0.05 against 0.13), 6x6->17x17 up-sampling (0.25 against 0.57), 1d 1000->101 (1.11: 0.51
-# against 0.71) and 1000->600 (1.2 against 4.4), 3000->101 (0.07 against 0.12), 3d 5x10x10->3x7x7 (0.11
-# against 0.41); tied at 4x256 33->6 (0.23: 1.43 against 1.38) and lost where the planes are large and
-# the Transposes cost most: 64->6 (0.10: 3.9 against 1.5), 100x60->6 (0.06: 4.4 against 2.8).
+# The average family's window form (window means by gathers, spatial axes first) replaces the sliding
+# AvgPools and window slices in ONNX export where the last-axis copies (:func:`last_axis_copies`) reach
+# this. Fitted to onnxruntime, one thread (``python -m model_zoo_checks.benchmarks --sections avgforms``,
+# ms, window form against the best of the others): it won at 8x512 10x10->7x7 (1.47 copies: 1.42
+# against 2.53), 14->6 (0.55: 1.32 against 1.83), 1x512 11->4 (0.53: 0.06 against 0.14) and 20->7 (0.49:
+# 0.24 against 0.54), 8x64 6x6->17x17 up-sampling (16: 0.27 against 0.58), 1d 1000->101 (1.11: 0.52
+# against 0.77), 1000->600 (1.8: 1.13 against 3.38), 3000->101 (1.04: 0.08 against 0.13), 3d
+# 5x10x10->3x7x7 (0.88: 0.11 against 0.41); it tied at 33->6 (0.20: 0.55 against 0.60) and lost where
+# the planes are large and its Transposes cost most: 64->6 (0.105: 5.1 against 1.8), 100x60->6 (0.06:
+# 4.6 against 2.5).
 WINDOW_MEAN_MIN_COPIES = 0.2
 
 

@@ -243,6 +243,28 @@ def bench_markdown(results: dict[str, Any]) -> str:
                     for r in results[key]
                 ],
             ) + [""]
+    if results.get("avgforms"):
+        forms = ("sliding", "slices", "gather", "window")
+        lines += [
+            "## The exact average forms in onnxruntime, and the planner's pick",
+            "",
+            "Each exact form of a general average axis exported alone and timed side by side (one thread, ms): "
+            "sliding AvgPools, window slices, gathered windows, and the window means ONNX export gets on small "
+            "planes; picked: what the planner gives ONNX export; picked / best: its time over the fastest form's.",
+            "",
+        ]
+        lines += _table(
+            ("pool", *forms, "picked", "picked / best"),
+            [
+                (
+                    f"{'x'.join(map(str, r['shape']))} → {'x'.join(map(str, r['output']))}",
+                    *(_fmt(r[f"ort_{form}"] * 1e3) if r.get(f"ort_{form}") else "-" for form in forms),
+                    r["picked"],
+                    _over(r, f"ort_{r['picked']}", f"ort_{r['best']}"),
+                )
+                for r in results["avgforms"]
+            ],
+        ) + [""]
     if results.get("quantization"):
         from .quantization import GRAPHS, QUANTIZERS, bound_cell
 
