@@ -48,7 +48,8 @@ Nothing here knows of torch, torch.fx or ONNX.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from math import prod
 from typing import Literal, get_args
@@ -88,6 +89,27 @@ SPATIAL_FIRST_MIN_COPIES = 0.5
 # the planes are large and its Transposes cost most: 64->6 (0.105: 5.1 against 1.8), 100x60->6 (0.06:
 # 4.6 against 2.5).
 WINDOW_MEAN_MIN_COPIES = 0.2
+# The limits above that send every general average axis to one exact form ("window": ONNX export's
+# window means wherever an axis is general), for the benchmark's fits and the tests of each form.
+AVERAGE_FORM_LIMITS: dict[str, dict[str, float]] = {
+    "sliding": {"SLIDING_MAX_LENGTH": 1 << 30, "WINDOW_MEAN_MIN_COPIES": 1 << 30},
+    "slices": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 1 << 30, "WINDOW_MEAN_MIN_COPIES": 1 << 30},
+    "gather": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 0, "WINDOW_MEAN_MIN_COPIES": 1 << 30},
+    "window": {"WINDOW_MEAN_MIN_COPIES": 0},
+}
+
+
+@contextmanager
+def forced_average_form(form: str) -> Iterator[None]:
+    """Plan every general average axis as ``form`` (a key of :data:`AVERAGE_FORM_LIMITS`) inside the
+    block, and restore the fitted limits after it. Changes module state: not for concurrent planning."""
+    names = ("SLIDING_MAX_LENGTH", "SLICES_MAX_WINDOWS", "WINDOW_MEAN_MIN_COPIES")
+    saved = {name: globals()[name] for name in names}
+    globals().update(AVERAGE_FORM_LIMITS[form])
+    try:
+        yield
+    finally:
+        globals().update(saved)
 
 
 def axis_names(spatial_dims: int) -> tuple[str, ...]:
@@ -501,8 +523,8 @@ def onnx_window_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple
     cases, 2.4x slower on 100x60, and NaN-exact only with a NaN count per window beside it, which made
     it 1.3-3.3x slower); the same with the input moved channels-last first (faster on small planes,
     1.6x slower on 64x64). Outer axes go first: their gathers copy whole rows, and the last axis's
-    element by element then reads the shrunk tensor; where :func:`prefer_spatial_first` says so, the
-    spatial axes are moved in front first (:class:`SpatialLayoutStep`) and back after.
+    element by element then reads the shrunk tensor; where :func:`last_axis_copies` reaches
+    :data:`SPATIAL_FIRST_MIN_COPIES`, the spatial axes are moved in front first (:class:`SpatialLayoutStep`) and back after.
 
     Average family, where an axis has general windows and the plane is small enough that
     :func:`last_axis_copies` reaches :data:`WINDOW_MEAN_MIN_COPIES`: the window sums by gathers in
@@ -515,15 +537,15 @@ def onnx_window_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple
     general = ("gather",) if family == "max" else ("sliding", "slices", "gather")
     if not any(axis.kind in general for axis in axes):
         return ()
-    spatial_first = prefer_spatial_first(axes)
-    if family == "avg" and last_axis_copies(axes) < WINDOW_MEAN_MIN_COPIES:
+    copies = last_axis_copies(axes)
+    if family == "avg" and copies < WINDOW_MEAN_MIN_COPIES:
         return ()
     steps: list[Step] = [
         WindowReduceStep(family, i, axis.in_size, axis.out_size, window_lengths(axis.in_size, axis.out_size)[-1])
         for i, axis in enumerate(axes)
         if axis.kind in POOLED_KINDS
     ]
-    if spatial_first or family == "avg":
+    if family == "avg" or copies >= SPATIAL_FIRST_MIN_COPIES:
         steps = [SpatialLayoutStep(True), *steps, SpatialLayoutStep(False)]
     if any(axis.kind == "upsample" for axis in axes):
         steps.append(UpsampleStep(tuple(None if axis.follows_input else axis.out_size for axis in axes)))
@@ -546,12 +568,6 @@ def last_axis_copies(axes: tuple[AxisChoice, ...]) -> float:
     rows = prod(a.out_size if a.kind in POOLED_KINDS else a.in_size for a in axes[:-1])
     span = window_lengths(last.in_size, last.out_size)[-1]
     return span * last.out_size * rows / prod(a.in_size for a in axes)
-
-
-def prefer_spatial_first(axes: tuple[AxisChoice, ...]) -> bool:
-    """The documented cost rule: move the spatial axes in front (two Transposes) where the window-max form
-    would otherwise copy at least :data:`SPATIAL_FIRST_MIN_COPIES` entries one by one per input entry."""
-    return last_axis_copies(axes) >= SPATIAL_FIRST_MIN_COPIES
 
 
 def _steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]:

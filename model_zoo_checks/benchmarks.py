@@ -112,13 +112,6 @@ AVERAGE_FORM_CASES: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
     ((2, 16, 3000), (101,)),
     ((2, 64, 5, 10, 10), (3, 7, 7)),
 )
-# planning's limits that force each form on every general average axis (window: ONNX export's window means)
-AVERAGE_FORM_LIMITS = {
-    "sliding": {"SLIDING_MAX_LENGTH": 1 << 30, "WINDOW_MEAN_MIN_COPIES": 1 << 30},
-    "slices": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 1 << 30, "WINDOW_MEAN_MIN_COPIES": 1 << 30},
-    "gather": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 0, "WINDOW_MEAN_MIN_COPIES": 1 << 30},
-    "window": {"WINDOW_MEAN_MIN_COPIES": 0},
-}
 
 
 class SliceLoopPool(nn.Module):
@@ -412,15 +405,9 @@ def average_forms_section(repeats: int) -> list[dict[str, Any]]:
             dims = len(output)
             x = torch.randn(shape)
             paths = {}
-            for form, limits in AVERAGE_FORM_LIMITS.items():
-                saved = {name: getattr(planning, name) for name in limits}
-                try:
-                    for name, value in limits.items():
-                        setattr(planning, name, value)
+            for form in planning.AVERAGE_FORM_LIMITS:
+                with planning.forced_average_form(form):
                     module = ExactAdaptivePool(planning.choose_plan("avg", tuple(shape[-dims:]), output))
-                finally:
-                    for name, value in saved.items():
-                        setattr(planning, name, value)
                 paths[form] = f"{workdir}/{form}.onnx"
                 torch.onnx.export(module, (x,), paths[form], dynamo=False)
             sessions = ort_sessions(paths, threads=1)
@@ -430,13 +417,15 @@ def average_forms_section(repeats: int) -> list[dict[str, Any]]:
             )
             chosen = planning.choose_plan("avg", tuple(shape[-dims:]), output)
             picked = (
-                "window" if chosen.onnx_steps else next((a.kind for a in chosen.axes if a.kind in AVERAGE_FORM_LIMITS), "gather")
+                "window"
+                if chosen.onnx_steps
+                else next((a.kind for a in chosen.axes if a.kind in planning.AVERAGE_FORM_LIMITS), "gather")
             )
             best = min(times, key=times.__getitem__)
             row = {"shape": list(shape), "output": list(output), "chosen": chosen.describe_onnx(), "picked": picked, "best": best}
             row.update({f"ort_{form}": t for form, t in times.items()})
             rows.append(row)
-            cells = " | ".join(f"{times[f] * 1e3:.3f}" for f in AVERAGE_FORM_LIMITS)
+            cells = " | ".join(f"{times[f] * 1e3:.3f}" for f in planning.AVERAGE_FORM_LIMITS)
             label = f"{'x'.join(map(str, shape))}→{'x'.join(map(str, output))}"
             print(f"| {label} | {cells} | {picked} | {best} | {times[picked] / times[best]:.2f} |", flush=True)
     return rows

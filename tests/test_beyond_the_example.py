@@ -27,12 +27,6 @@ from fxpool.replacements import ExactAdaptivePool, traced_forms
 POOLS = {
     (family, dims): getattr(nn, f"Adaptive{family.capitalize()}Pool{dims}d") for family in ("avg", "max") for dims in (1, 2, 3)
 }
-FORCED_FORMS = {  # planning's limits that send every general average axis to one form (ONNX's window form on or off)
-    "sliding": {"SLIDING_MAX_LENGTH": 1 << 30, "WINDOW_MEAN_MIN_COPIES": 1 << 30},
-    "slices": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 1 << 30, "WINDOW_MEAN_MIN_COPIES": 1 << 30},
-    "gather": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 0, "WINDOW_MEAN_MIN_COPIES": 1 << 30},
-    "window": {"WINDOW_MEAN_MIN_COPIES": 0},
-}
 
 
 def assert_same_positions(ours: torch.Tensor, theirs: torch.Tensor, exact: bool = False) -> None:
@@ -63,7 +57,7 @@ def non_finite_cases(draw):
     count = draw(st.integers(1, 4))
     positions = draw(st.lists(st.integers(0, 10**6), min_size=count, max_size=count))
     values = draw(st.lists(st.sampled_from([float("nan"), float("inf"), float("-inf")]), min_size=count, max_size=count))
-    form = draw(st.sampled_from(list(FORCED_FORMS)))
+    form = draw(st.sampled_from(list(planning.AVERAGE_FORM_LIMITS)))
     return family, in_sizes, out_sizes, positions, values, form
 
 
@@ -87,14 +81,8 @@ def test_non_finite_values_stay_in_their_windows_in_every_form(case) -> None:
     dims = len(in_sizes)
     x = with_non_finite(torch.randn(2, 3, *in_sizes, dtype=torch.float64), positions, values)
     native = POOLS[family, dims](out_sizes)
-    saved = {name: getattr(planning, name) for name in FORCED_FORMS["slices"]}
-    try:
-        for name, value in FORCED_FORMS[form].items():
-            setattr(planning, name, value)
+    with planning.forced_average_form(form):
         plan = planning.choose_plan(family, in_sizes, out_sizes)  # type: ignore[arg-type]
-    finally:
-        for name, value in saved.items():
-            setattr(planning, name, value)
     module = ExactAdaptivePool(plan, "pool", torch.float64)
     expected = native(x)
     assert_same_positions(module(x), expected, exact=family == "max")  # eager

@@ -8,6 +8,7 @@ max-pool values are compared bit for bit, and their gradients reach the same pos
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -89,28 +90,11 @@ def test_exhaustive_1d(family: str, in_size: int) -> None:
         assert_same_pool(family, x, (out_size,))
 
 
-# Each general average form forced on every non-uniform axis, whatever its windows (planning's limits).
-AVERAGE_FORMS = {  # and ONNX export's window form on or off
-    "sliding": {"SLIDING_MAX_LENGTH": 10**9, "WINDOW_MEAN_MIN_COPIES": 10**9},
-    "slices": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 10**9, "WINDOW_MEAN_MIN_COPIES": 10**9},
-    "gather": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 0, "WINDOW_MEAN_MIN_COPIES": 10**9},
-    "window": {"WINDOW_MEAN_MIN_COPIES": 0},
-}
-
-
-def force_average_form(form: str) -> dict[str, int]:
-    """Set planning's limits so general average axes take ``form``; returns the values to restore."""
-    saved = {name: getattr(planning, name) for name in AVERAGE_FORMS["slices"]}
-    for name, value in AVERAGE_FORMS[form].items():
-        setattr(planning, name, value)
-    return saved
-
-
-@pytest.fixture(params=list(AVERAGE_FORMS))
-def average_form(request, monkeypatch: pytest.MonkeyPatch) -> str:
-    for name, value in AVERAGE_FORMS[request.param].items():
-        monkeypatch.setattr(planning, name, value)
-    return request.param
+@pytest.fixture(params=list(planning.AVERAGE_FORM_LIMITS))
+def average_form(request) -> Iterator[str]:
+    """Each general average form forced on every non-uniform axis, whatever its windows."""
+    with planning.forced_average_form(request.param):
+        yield request.param
 
 
 @pytest.mark.parametrize("in_size", range(1, 17))
@@ -326,22 +310,20 @@ def test_zero_channels_convert_and_run_as_the_native_pools_do() -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(pool_cases(), st.sampled_from(list(AVERAGE_FORMS)))
+@given(pool_cases(), st.sampled_from(list(planning.AVERAGE_FORM_LIMITS)))
 def test_random_sizes_dtypes_layouts_in_every_average_form(case, form: str) -> None:
     family, dims, in_sizes, out_sizes, batch, channels, dtype, channels_last = case
-    saved = force_average_form(form)  # hypothesis: no function-scoped fixtures
     native_in_eager = ExactAdaptivePool.runs_native_in_eager
     ExactAdaptivePool.runs_native_in_eager = property(lambda self: False)  # type: ignore[method-assign,assignment]
     try:
-        shape = ((batch,) if batch is not None else ()) + (channels,) + in_sizes
-        x = torch.randn(shape, dtype=torch.float64).to(dtype)
-        if channels_last:
-            x = x.contiguous(memory_format=torch.channels_last if dims == 2 else torch.channels_last_3d)
-        assert_same_pool("avg", x, out_sizes, with_grad=dtype in (torch.float32, torch.float64))
+        with planning.forced_average_form(form):  # hypothesis: no function-scoped fixtures
+            shape = ((batch,) if batch is not None else ()) + (channels,) + in_sizes
+            x = torch.randn(shape, dtype=torch.float64).to(dtype)
+            if channels_last:
+                x = x.contiguous(memory_format=torch.channels_last if dims == 2 else torch.channels_last_3d)
+            assert_same_pool("avg", x, out_sizes, with_grad=dtype in (torch.float32, torch.float64))
     finally:
         ExactAdaptivePool.runs_native_in_eager = native_in_eager  # type: ignore[method-assign]
-        for name, value in saved.items():
-            setattr(planning, name, value)
 
 
 def test_a_long_axis_keeps_memory_linear_in_its_length() -> None:
