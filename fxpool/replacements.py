@@ -82,6 +82,10 @@ def window_gather_indices(in_size: int, out_size: int, span: int, zero_padded: b
     return torch.tensor(positions, dtype=torch.int64)
 
 
+# Prefixes of the non-persistent buffers a plan's constants live in (rebuilt exactly after any conversion)
+_CONSTANT_PREFIXES = ("weight_", "indices_", "lengths_")
+
+
 def window_position_indices(in_size: int, out_size: int, span: int) -> list[torch.Tensor]:
     """``span`` index vectors of ``out_size`` entries: vector ``j`` holds position ``j`` of every window,
     a window shorter than ``span`` repeating its last position (:func:`window_short_masks` marks the
@@ -240,7 +244,7 @@ class ExactAdaptivePool(nn.Module):
             expected[axis] = plan.in_sizes[axis]
         self.expected_sizes: tuple[int | None, ...] = tuple(expected)
         self._native_in_eager = any(a.kind in _WINDOWED_KINDS for a in plan.axes)
-        for name in [name for name, _ in self.named_buffers(recurse=False) if name.startswith(("weight_", "indices_"))]:
+        for name in [name for name, _ in self.named_buffers(recurse=False) if name.startswith(_CONSTANT_PREFIXES)]:
             delattr(self, name)
         self._build_constants(dtype, device)
         # Every spatial size fixed: the eager fast path compares the input's with one tuple.
@@ -269,9 +273,9 @@ class ExactAdaptivePool(nn.Module):
         follows = tuple(size is None for size in requested)
         out_sizes = tuple(i if size is None else size for i, size in zip(self.plan.in_sizes, requested))
         scales = [b for name, b in self.named_buffers(recurse=False) if name.startswith("weight_")]
-        indices = [b for name, b in self.named_buffers(recurse=False) if name.startswith("indices_")]
+        constants = [b for name, b in self.named_buffers(recurse=False) if name.startswith(_CONSTANT_PREFIXES)]
         dtype = scales[0].dtype if scales else torch.float32
-        device = (scales or indices)[0].device if scales or indices else None
+        device = constants[0].device if constants else None
         self._set_plan(planned(self.plan.family, self.plan.in_sizes, out_sizes, follows), dtype, device)
 
     def __prepare_scriptable__(self) -> nn.Module:
@@ -298,7 +302,7 @@ class ExactAdaptivePool(nn.Module):
                         if repeats is not None:
                             self.register_buffer(f"indices_onnx_{index}_short_{j}", repeats.to(device), persistent=False)
                     lengths = torch.tensor([end - start for start, end in window_bounds(step.in_size, step.out_size)])
-                    self.register_buffer(f"indices_onnx_{index}_lengths", lengths.to(device), persistent=False)
+                    self.register_buffer(f"lengths_onnx_{index}", lengths.to(device), persistent=False)
 
     @staticmethod
     def _weight(step: WindowScaleStep, dtype: torch.dtype, device: torch.device | str | None) -> torch.Tensor:
@@ -308,7 +312,7 @@ class ExactAdaptivePool(nn.Module):
         # A dtype change would round the window scales, and to_empty() would leave them (and the
         # window indices) uninitialised: rebuild every constant exactly after any conversion.
         super()._apply(fn, recurse)
-        constants = [b for name, b in self.named_buffers(recurse=False) if name.startswith(("weight_", "indices_"))]
+        constants = [b for name, b in self.named_buffers(recurse=False) if name.startswith(_CONSTANT_PREFIXES)]
         if constants:
             weights = [b for name, b in self.named_buffers(recurse=False) if name.startswith("weight_")]
             dtype = torch.float64 if weights and weights[0].dtype == torch.float64 else torch.float32
@@ -442,7 +446,7 @@ class ExactAdaptivePool(nn.Module):
                     x = window_maxima(x, dim, gathers)
                 else:
                     short = [getattr(self, f"indices_onnx_{index}_short_{j}", None) for j in range(step.span)]
-                    x = window_means(x, dim, gathers, short, getattr(self, f"indices_onnx_{index}_lengths"))
+                    x = window_means(x, dim, gathers, short, getattr(self, f"lengths_onnx_{index}"))
             elif isinstance(step, SpatialLayoutStep):
                 x = move_spatial_axes(x, dims, step.spatial_first)
                 spatial_first = step.spatial_first
