@@ -78,24 +78,22 @@ SLICES_MAX_WINDOWS = 128
 # 33x33->6x6 (0.23: 3.4 against 1.5). Checked by ``python -m model_zoo_checks.benchmarks --sections pools
 # --cases max`` (10->7: 0.12x OpenVINO's native op, against 0.24x in the layout of the input).
 SPATIAL_FIRST_MIN_COPIES = 0.5
-# The average family's window form (window means by gathers, spatial axes first) replaces the sliding
+# The average family's window form (window sums by gathers, spatial axes first) replaces the sliding
 # AvgPools and window slices in ONNX export where the last-axis copies (:func:`last_axis_copies`) reach
 # this. Fitted to onnxruntime, one thread (``python -m model_zoo_checks.benchmarks --sections avgforms``,
-# ms, window form against the best of the others): it won at 8x512 10x10->7x7 (1.47 copies: 1.42
-# against 2.53), 14->6 (0.55: 1.32 against 1.83), 1x512 11->4 (0.53: 0.06 against 0.14) and 20->7 (0.49:
-# 0.24 against 0.54), 8x64 6x6->17x17 up-sampling (16: 0.27 against 0.58), 1d 1000->101 (1.11: 0.52
-# against 0.77), 1000->600 (1.8: 1.13 against 3.38), 3000->101 (1.04: 0.08 against 0.13), 3d
-# 5x10x10->3x7x7 (0.88: 0.11 against 0.41); it tied at 33->6 (0.20: 0.55 against 0.60) and lost where
-# the planes are large and its Transposes cost most: 64->6 (0.105: 5.1 against 1.8), 100x60->6 (0.06:
-# 4.6 against 2.5).
-WINDOW_MEAN_MIN_COPIES = 0.2
+# ms, window form against the best of the others; docs/results/benchmarks.md has the table): it won on
+# every small plane and the 1d and 3d cases, 8x512 10x10->7x7 (1.47 copies: 1.25 against 2.52), 3d
+# 5x10x10->3x7x7 (0.88: 0.10 against 0.42), down to 33x33->6x6 (0.198: 0.56 against 0.59), and lost
+# where the planes are large and its Transpose and Pad cost most: 40x40->6x6 (0.18: 1.35 against 0.79),
+# 64x48->6x40 (0.156: 1.21 against 0.95), 64->6 (0.105: 6.6 against 2.0), 100x60->6 (0.06).
+WINDOW_SUMS_MIN_COPIES = 0.19
 # The limits above that send every general average axis to one exact form ("window": ONNX export's
-# window means wherever an axis is general), for the benchmark's fits and the tests of each form.
+# window sums wherever an axis is general), for the benchmark's fits and the tests of each form.
 AVERAGE_FORM_LIMITS: dict[str, dict[str, float]] = {
-    "sliding": {"SLIDING_MAX_LENGTH": 1 << 30, "WINDOW_MEAN_MIN_COPIES": 1 << 30},
-    "slices": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 1 << 30, "WINDOW_MEAN_MIN_COPIES": 1 << 30},
-    "gather": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 0, "WINDOW_MEAN_MIN_COPIES": 1 << 30},
-    "window": {"WINDOW_MEAN_MIN_COPIES": 0},
+    "sliding": {"SLIDING_MAX_LENGTH": 1 << 30, "WINDOW_SUMS_MIN_COPIES": 1 << 30},
+    "slices": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 1 << 30, "WINDOW_SUMS_MIN_COPIES": 1 << 30},
+    "gather": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 0, "WINDOW_SUMS_MIN_COPIES": 1 << 30},
+    "window": {"WINDOW_SUMS_MIN_COPIES": 0},
 }
 
 
@@ -103,7 +101,7 @@ AVERAGE_FORM_LIMITS: dict[str, dict[str, float]] = {
 def forced_average_form(form: str) -> Iterator[None]:
     """Plan every general average axis as ``form`` (a key of :data:`AVERAGE_FORM_LIMITS`) inside the
     block, and restore the fitted limits after it. Changes module state: not for concurrent planning."""
-    names = ("SLIDING_MAX_LENGTH", "SLICES_MAX_WINDOWS", "WINDOW_MEAN_MIN_COPIES")
+    names = ("SLIDING_MAX_LENGTH", "SLICES_MAX_WINDOWS", "WINDOW_SUMS_MIN_COPIES")
     saved = {name: globals()[name] for name in names}
     globals().update(AVERAGE_FORM_LIMITS[form])
     try:
@@ -190,14 +188,15 @@ class WindowGatherStep:
 
 @dataclass(frozen=True)
 class WindowReduceStep:
-    """Each window's maximum (max) or mean (avg) along one axis, from ``span`` constant-index gathers.
+    """Each window's maximum (max) or sum (avg) along one axis, from constant-index gathers.
 
-    Gather ``j`` takes position ``j`` of every window, so each gathered tensor has the axis's output
-    length. Max: a shorter window repeats its last position, and the elementwise maximum of the
-    gathers is each window's. Average: a shorter window's missing positions are set to zero (Where),
-    the gathers are added in window order and divided by each window's length. The ONNX form of
-    :attr:`PoolPlan.onnx_steps`: onnxruntime's MaxPool and ReduceMax skip NaN, its elementwise Max,
-    Add and Where propagate NaN and ±inf as PyTorch's pools do.
+    Max: ``span`` gathers, gather ``j`` taking position ``j`` of every window (a shorter window
+    repeats its last position), and the elementwise maximum of the gathers. Average: one gather of
+    every window's positions in order, ``out_size * span`` of them (a shorter window's missing
+    positions point at the zero :class:`WindowZeroStep` appended to the axis), split into ``(out_size,
+    span)`` and summed over the span; :class:`WindowCountStep` divides by the window sizes after the
+    last axis. The ONNX form of :attr:`PoolPlan.onnx_steps`: onnxruntime's MaxPool and ReduceMax skip
+    NaN, its elementwise Max and its ReduceSum propagate NaN and ±inf as PyTorch's pools do.
     """
 
     family: PoolFamily
@@ -205,6 +204,22 @@ class WindowReduceStep:
     in_size: int
     out_size: int
     span: int
+
+
+@dataclass(frozen=True)
+class WindowZeroStep:
+    """Append one zero to each of ``axes``: the entry a shorter window's missing positions gather, so
+    that its sum over the span is its own sum (a zero, not a product: NaN and ±inf stay in their windows)."""
+
+    axes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class WindowCountStep:
+    """Divide every output by the number of entries in its window: the product over the spatial axes of
+    its window lengths along each pooled axis (``(in_size, out_size)``; ``None``: an axis not pooled)."""
+
+    windows: tuple[tuple[int, int] | None, ...]
 
 
 @dataclass(frozen=True)
@@ -247,6 +262,8 @@ Step = (
     | WindowSlicesStep
     | WindowGatherStep
     | WindowReduceStep
+    | WindowZeroStep
+    | WindowCountStep
     | SpatialLayoutStep
     | WindowScaleStep
     | UpsampleStep
@@ -318,12 +335,14 @@ def _step_kind(step: Step, spatial_dims: int) -> str:
     if isinstance(step, ReduceStep):
         return "mean" if step.family == "avg" else "amax"
     if isinstance(step, WindowReduceStep):
-        return "window-mean" if step.family == "avg" else "window-max"
+        return "window-max" if step.family == "max" else "window-sum"
     kinds: dict[type, str] = {
         SlidingWindowStep: "sliding",
         WindowSlicesStep: "slices",
         WindowGatherStep: "gather",
         SpatialLayoutStep: "transpose",
+        WindowZeroStep: "zero",
+        WindowCountStep: "count",
         WindowScaleStep: "scale",
         UpsampleStep: "nearest",
     }
@@ -349,7 +368,11 @@ def _describe_step(step: Step, spatial_dims: int) -> str:
     if isinstance(step, WindowReduceStep):
         if step.family == "max":
             return f"window-max {names[step.axis]} {step.in_size}->{step.out_size} ({step.span} gathers, Max)"
-        return f"window-mean {names[step.axis]} {step.in_size}->{step.out_size} ({step.span} gathers, Add, Div)"
+        return f"window-sum {names[step.axis]} {step.in_size}->{step.out_size} (span {step.span})"
+    if isinstance(step, WindowZeroStep):
+        return f"zero after {','.join(names[a] for a in step.axes)}"
+    if isinstance(step, WindowCountStep):
+        return "divide by window sizes"
     if isinstance(step, SpatialLayoutStep):
         return "spatial axes first" if step.spatial_first else "spatial axes back"
     if isinstance(step, WindowScaleStep):
@@ -508,8 +531,9 @@ def choose_plan(
 
 
 def onnx_window_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]:
-    """The window form ONNX export runs (:class:`WindowReduceStep` per pooled axis, outer axes first,
-    then the upsampling), or ``()`` where ONNX export runs ``steps``.
+    """The window form ONNX export runs (:class:`WindowReduceStep` per pooled axis, outer axes first, for
+    averages between a :class:`WindowZeroStep` and a :class:`WindowCountStep`, then the upsampling), or
+    ``()`` where ONNX export runs ``steps``.
 
     Max family, wherever an axis has general windows. Why not ``steps`` (each window gathered, padded
     to the longest, then one MaxPool): onnxruntime runs that 1.2-2.2x slower than OpenVINO's native
@@ -527,9 +551,16 @@ def onnx_window_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple
     :data:`SPATIAL_FIRST_MIN_COPIES`, the spatial axes are moved in front first (:class:`SpatialLayoutStep`) and back after.
 
     Average family, where an axis has general windows and the plane is small enough that
-    :func:`last_axis_copies` reaches :data:`WINDOW_MEAN_MIN_COPIES`: the window sums by gathers in
-    the spatial-first layout, where every gather copies whole blocks, against the sliding AvgPools or
-    window slices of ``steps``, whose per-row copies along short rows cost most on small planes.
+    :func:`last_axis_copies` reaches :data:`WINDOW_SUMS_MIN_COPIES`: in the spatial-first layout, where
+    every gather copies whole blocks, one zero appended to each axis with shorter windows
+    (:class:`WindowZeroStep`), per pooled axis one gather of every window's positions and a sum over the
+    span, and one division by the window sizes (:class:`WindowCountStep`). Against the sliding AvgPools or
+    window slices of ``steps``, whose per-row copies along short rows cost most on small planes; and
+    against the window means it replaced (a gather per window position, Where on a constant mask, Add,
+    a Div per axis), faster on most cases and quantized as if the pool stayed in float: onnxruntime's
+    static QDQ requantizes every Add, Where and Concat inside a pool and NNCF the input of every Add,
+    ReduceSum and ReduceMean, while an Einsum (the sum over the span under torch.export) is left alone
+    by both (the benchmark's quantization section; :func:`fxpool.replacements.window_sums`).
 
     Only forward values: ONNX graphs are for inference; ``torch.export`` keeps ``steps``, whose max
     gradient goes to the first maximum in row-major order as PyTorch's does.
@@ -538,13 +569,17 @@ def onnx_window_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple
     if not any(axis.kind in general for axis in axes):
         return ()
     copies = last_axis_copies(axes)
-    if family == "avg" and copies < WINDOW_MEAN_MIN_COPIES:
+    if family == "avg" and copies < WINDOW_SUMS_MIN_COPIES:
         return ()
+    pooled = [i for i, axis in enumerate(axes) if axis.kind in POOLED_KINDS]
     steps: list[Step] = [
-        WindowReduceStep(family, i, axis.in_size, axis.out_size, window_lengths(axis.in_size, axis.out_size)[-1])
-        for i, axis in enumerate(axes)
-        if axis.kind in POOLED_KINDS
+        WindowReduceStep(family, i, axes[i].in_size, axes[i].out_size, window_lengths(axes[i].in_size, axes[i].out_size)[-1])
+        for i in pooled
     ]
+    if family == "avg":
+        uneven = tuple(i for i in pooled if len(window_lengths(axes[i].in_size, axes[i].out_size)) > 1)
+        windows = tuple((a.in_size, a.out_size) if i in pooled else None for i, a in enumerate(axes))
+        steps = [WindowZeroStep(uneven)] * bool(uneven) + steps + [WindowCountStep(windows)]
     if family == "avg" or copies >= SPATIAL_FIRST_MIN_COPIES:
         steps = [SpatialLayoutStep(True), *steps, SpatialLayoutStep(False)]
     if any(axis.kind == "upsample" for axis in axes):

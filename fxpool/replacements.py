@@ -40,10 +40,12 @@ from .planning import (
     SlidingWindowStep,
     SpatialLayoutStep,
     UpsampleStep,
+    WindowCountStep,
     WindowGatherStep,
     WindowReduceStep,
     WindowScaleStep,
     WindowSlicesStep,
+    WindowZeroStep,
     axis_names,
     choose_plan,
 )
@@ -83,23 +85,15 @@ def window_gather_indices(in_size: int, out_size: int, span: int, zero_padded: b
 
 
 # Prefixes of the non-persistent buffers a plan's constants live in (rebuilt exactly after any conversion)
-_CONSTANT_PREFIXES = ("weight_", "indices_", "lengths_")
+_CONSTANT_PREFIXES = ("weight_", "indices_", "counts_")
 
 
 def window_position_indices(in_size: int, out_size: int, span: int) -> list[torch.Tensor]:
     """``span`` index vectors of ``out_size`` entries: vector ``j`` holds position ``j`` of every window,
-    a window shorter than ``span`` repeating its last position (:func:`window_short_masks` marks the
-    repeats), so the elementwise maximum of the gathered vectors is each window's maximum."""
+    a window shorter than ``span`` repeating its last position, so the elementwise maximum of the
+    gathered vectors is each window's maximum."""
     bounds = window_bounds(in_size, out_size)
     return [torch.tensor([min(start + j, end - 1) for start, end in bounds], dtype=torch.int64) for j in range(span)]
-
-
-def window_short_masks(in_size: int, out_size: int, span: int) -> list[torch.Tensor | None]:
-    """Per vector of :func:`window_position_indices`, which windows are too short for it (a repeat);
-    ``None`` where every window reaches that position."""
-    bounds = window_bounds(in_size, out_size)
-    masks = [torch.tensor([start + j >= end for start, end in bounds]) for j in range(span)]
-    return [mask if bool(mask.any()) else None for mask in masks]
 
 
 def window_maxima(x: torch.Tensor, dim: int, gathers: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -112,21 +106,38 @@ def window_maxima(x: torch.Tensor, dim: int, gathers: Sequence[torch.Tensor]) ->
     return result
 
 
-def window_means(
-    x: torch.Tensor, dim: int, gathers: Sequence[torch.Tensor], short: Sequence[torch.Tensor | None], lengths: torch.Tensor
-) -> torch.Tensor:
-    """Each window's mean along ``dim``: the gathers of :func:`window_position_indices` added in window
-    order, a short window's repeats zeroed (``short``, Where in ONNX: no product, so NaN and ±inf stay in
-    their windows), divided by the window lengths. Exports as Gather, Where, Add and Div."""
-    shape = [1] * x.dim()
-    shape[dim] = lengths.numel()
-    result = torch.index_select(x, dim, gathers[0])
-    for indices, repeats in zip(gathers[1:], short[1:]):
-        entries = torch.index_select(x, dim, indices)
-        if repeats is not None:
-            entries = entries.masked_fill(repeats.view(shape), 0)
-        result = result + entries
-    return result / lengths.view(shape).to(result.dtype)
+def window_sums(x: torch.Tensor, dim: int, positions: torch.Tensor, out_size: int, span: int) -> torch.Tensor:
+    """Each window's sum along ``dim``: the ``out_size * span`` window positions of
+    :func:`window_gather_indices` (zero-padded) gathered at once, split into windows and summed over the
+    span. No Add, Mul or Where, so NaN and ±inf stay in their windows.
+
+    Under torch.export (the dynamo ONNX exporter, opset 18 and up): Gather, Reshape and an Einsum that
+    sums the span axis, which static INT8 quantizers leave in float (NNCF quantizes the input of every
+    ReduceSum, onnxruntime's QDQ every Add and Concat: one more rounding of the partial sums per axis).
+    Under the TorchScript exporter (opsets from 11, before Einsum): one Gather with 2-D indices and a
+    ReduceSum."""
+    if torch.jit.is_tracing():
+        return x[(slice(None),) * dim + (positions.view(out_size, span),)].sum(dim + 1)
+    windows = x.index_select(dim, positions).unflatten(dim, (out_size, span))
+    axes = "abcdefgh"[: windows.dim()]
+    return torch.einsum(f"{axes}->{axes[: dim + 1]}{axes[dim + 2 :]}", windows)
+
+
+def append_zeros(x: torch.Tensor, dims: Sequence[int]) -> torch.Tensor:
+    """``x`` with one zero appended to each of ``dims``: one Pad."""
+    padded = set(dims)
+    return F.pad(x, [p for d in reversed(range(x.dim())) for p in (0, int(d in padded))])
+
+
+def window_counts(windows: Sequence[tuple[int, int] | None]) -> torch.Tensor:
+    """Every output's window size, one axis per spatial axis: the product of its window lengths along the
+    pooled axes (``(in_size, out_size)``), size 1 along the others."""
+    counts = torch.ones([1] * len(windows), dtype=torch.float64)
+    for axis, window in enumerate(windows):
+        if window is not None:
+            lengths = torch.tensor([end - start for start, end in window_bounds(*window)], dtype=torch.float64)
+            counts = counts * lengths.view([-1 if a == axis else 1 for a in range(len(windows))])
+    return counts
 
 
 def move_spatial_axes(x: torch.Tensor, dims: int, first: bool) -> torch.Tensor:
@@ -294,15 +305,14 @@ class ExactAdaptivePool(nn.Module):
             elif isinstance(step, WindowScaleStep):
                 self.register_buffer(f"weight_{index}", self._weight(step, dtype, device), persistent=False)
         for index, step in enumerate(self.plan.onnx_steps):
-            if isinstance(step, WindowReduceStep):
+            if isinstance(step, WindowReduceStep) and step.family == "max":
                 for j, indices in enumerate(window_position_indices(step.in_size, step.out_size, step.span)):
                     self.register_buffer(f"indices_onnx_{index}_{j}", indices.to(device), persistent=False)
-                if step.family == "avg":
-                    for j, repeats in enumerate(window_short_masks(step.in_size, step.out_size, step.span)):
-                        if repeats is not None:
-                            self.register_buffer(f"indices_onnx_{index}_short_{j}", repeats.to(device), persistent=False)
-                    lengths = torch.tensor([end - start for start, end in window_bounds(step.in_size, step.out_size)])
-                    self.register_buffer(f"lengths_onnx_{index}", lengths.to(device), persistent=False)
+            elif isinstance(step, WindowReduceStep):
+                indices = window_gather_indices(step.in_size, step.out_size, step.span, zero_padded=True)
+                self.register_buffer(f"indices_onnx_{index}", indices.to(device), persistent=False)
+            elif isinstance(step, WindowCountStep):
+                self.register_buffer(f"counts_onnx_{index}", window_counts(step.windows).to(device), persistent=False)
 
     @staticmethod
     def _weight(step: WindowScaleStep, dtype: torch.dtype, device: torch.device | str | None) -> torch.Tensor:
@@ -438,15 +448,28 @@ class ExactAdaptivePool(nn.Module):
         if upcast:
             x = x.float()
         spatial_first = False
+        # The TorchScript exporter's Pad computes its pads in a dozen int64 ops (and warns that it cannot
+        # fold them); under it each axis gets its zero by a Concat just before its gather instead.
+        zero_by_concat: set[int] = set()
         for index, step in enumerate(self.plan.onnx_steps):
-            if isinstance(step, WindowReduceStep):
+            first_spatial = 0 if spatial_first else x.dim() - dims  # where the spatial axes lie now
+            if isinstance(step, WindowReduceStep) and step.family == "max":
                 gathers = [getattr(self, f"indices_onnx_{index}_{j}") for j in range(step.span)]
-                dim = step.axis if spatial_first else step.axis - dims
-                if step.family == "max":
-                    x = window_maxima(x, dim, gathers)
-                else:
-                    short = [getattr(self, f"indices_onnx_{index}_short_{j}", None) for j in range(step.span)]
-                    x = window_means(x, dim, gathers, short, getattr(self, f"lengths_onnx_{index}"))
+                x = window_maxima(x, first_spatial + step.axis, gathers)
+            elif isinstance(step, WindowReduceStep):
+                dim = first_spatial + step.axis
+                if step.axis in zero_by_concat:
+                    x = torch.cat([x, torch.zeros_like(x.narrow(dim, 0, 1))], dim)
+                x = window_sums(x, dim, getattr(self, f"indices_onnx_{index}"), step.out_size, step.span)
+            elif isinstance(step, WindowZeroStep) and torch.jit.is_tracing():
+                zero_by_concat = set(step.axes)
+            elif isinstance(step, WindowZeroStep):
+                x = append_zeros(x, [first_spatial + axis for axis in step.axes])
+            elif isinstance(step, WindowCountStep):
+                counts = getattr(self, f"counts_onnx_{index}").to(x.dtype)
+                shape = [1] * x.dim()
+                shape[first_spatial : first_spatial + dims] = counts.shape
+                x = x / counts.view(shape)
             elif isinstance(step, SpatialLayoutStep):
                 x = move_spatial_axes(x, dims, step.spatial_first)
                 spatial_first = step.spatial_first

@@ -17,9 +17,9 @@ repeat, after a warm-up, and the median of the repeats is reported. Sections:
   fixed list across the five suites at their default input, and the conversion's peak memory above
   the original's own forward (resident set size, each model in a process of its own).
 - ``avgforms``: each exact form of a general average axis (sliding AvgPools, window slices, gathered
-  windows, and ONNX export's window means in the spatial-first layout) exported alone and timed side
+  windows, and ONNX export's window sums in the spatial-first layout) exported alone and timed side
   by side in onnxruntime (one thread), against the planner's pick: the data
-  :data:`fxpool.planning.SLIDING_MAX_LENGTH`, ``SLICES_MAX_WINDOWS`` and ``WINDOW_MEAN_MIN_COPIES``
+  :data:`fxpool.planning.SLIDING_MAX_LENGTH`, ``SLICES_MAX_WINDOWS`` and ``WINDOW_SUMS_MIN_COPIES``
   are fitted to.
 - ``quantization``: onnxruntime's dynamic and static (QDQ) quantizers, OpenVINO's NNCF and PyTorch 2
   export quantization run by ExecuTorch, on the original and on fxpool's conversion, per replacement
@@ -104,6 +104,8 @@ AVERAGE_FORM_CASES: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
     ((1, 512, 11, 11), (4, 4)),
     ((1, 512, 20, 20), (7, 7)),
     ((1, 512, 33, 33), (6, 6)),
+    ((1, 512, 40, 40), (6, 6)),
+    ((1, 256, 64, 48), (6, 40)),
     ((1, 512, 64, 64), (6, 6)),
     ((2, 256, 100, 60), (6, 6)),
     ((8, 64, 6, 6), (17, 17)),
@@ -410,11 +412,16 @@ def average_forms_section(repeats: int) -> list[dict[str, Any]]:
                     module = ExactAdaptivePool(planning.choose_plan("avg", tuple(shape[-dims:]), output))
                 paths[form] = f"{workdir}/{form}.onnx"
                 torch.onnx.export(module, (x,), paths[form], dynamo=False)
+            with planning.forced_average_form("window"):  # the window form as the dynamo exporter writes it
+                module = ExactAdaptivePool(planning.choose_plan("avg", tuple(shape[-dims:]), output))
+            paths["window_dynamo"] = f"{workdir}/window_dynamo.onnx"
+            torch.onnx.export(module, (x,), paths["window_dynamo"], dynamo=True, verbose=False)
             sessions = ort_sessions(paths, threads=1)
             array = x.numpy()
             times = side_by_side(
                 {f: (lambda s=s: s.run(None, {s.get_inputs()[0].name: array})) for f, s in sessions.items()}, repeats
             )
+            window_dynamo = times.pop("window_dynamo")
             chosen = planning.choose_plan("avg", tuple(shape[-dims:]), output)
             picked = (
                 "window"
@@ -423,9 +430,9 @@ def average_forms_section(repeats: int) -> list[dict[str, Any]]:
             )
             best = min(times, key=times.__getitem__)
             row = {"shape": list(shape), "output": list(output), "chosen": chosen.describe_onnx(), "picked": picked, "best": best}
-            row.update({f"ort_{form}": t for form, t in times.items()})
+            row.update({f"ort_{form}": t for form, t in times.items()}, ort_window_dynamo=window_dynamo)
             rows.append(row)
-            cells = " | ".join(f"{times[f] * 1e3:.3f}" for f in planning.AVERAGE_FORM_LIMITS)
+            cells = " | ".join(f"{t * 1e3:.3f}" for t in (*times.values(), window_dynamo))
             label = f"{'x'.join(map(str, shape))}→{'x'.join(map(str, output))}"
             print(f"| {label} | {cells} | {picked} | {best} | {times[picked] / times[best]:.2f} |", flush=True)
     return rows
@@ -488,8 +495,8 @@ HEADERS = {
     "| fwd / floor | native fwd / floor |\n|---|---|---|---|---|---|---|\n",
     "convert": "\n| model | input | parameters | pools | intercepted modules | forward ms | convert ms | convert / forward "
     "| convert's extra peak MB, of the forward's |\n|---|---|---|---|---|---|---|---|---|\n",
-    "avgforms": "\n| average pool | ORT sliding ms | ORT slices ms | ORT gather ms | ORT window ms | picked | best "
-    "| picked / best |\n|---|---|---|---|---|---|---|---|\n",
+    "avgforms": "\n| average pool | ORT sliding ms | ORT slices ms | ORT gather ms | ORT window ms "
+    "| ORT window (dynamo) ms | picked | best | picked / best |\n|---|---|---|---|---|---|---|---|---|\n",
     "quantization": "\n" + quantization.HEADER,
     "models": "\n| model | size | dtype | original ms | converted ms | converted / original |\n|---|---|---|---|---|---|\n",
     "compile": "\n| torch.compile(fullgraph=True) | dtype | converted / original |\n|---|---|---|\n",

@@ -2,7 +2,7 @@
 
 Every case is a float model prepared three ways — the original (its stock dynamo ONNX graph:
 AveragePool, ReduceMean or the GatherND/Where decomposition; absent where it does not export), fxpool's
-conversion (pools, slices, gathers, no averaging matrix) and the conversion with the pool kept in float
+conversion (pools, slices, window sums and maxima, no averaging matrix) and the conversion with the pool kept in float
 — then quantized four ways and compared with the float PyTorch model on four fixed test inputs: the
 relative L2 error ``|quantized - torch| / |torch|``.
 
@@ -50,10 +50,10 @@ from .catalog import build
 POOL_CASES: tuple[tuple[str, Callable[[], nn.Module], tuple[int, ...]], ...] = (
     ("12->6 (AvgPool)", lambda: _after_conv(nn.AdaptiveAvgPool2d(6)), (1, 3, 12, 12)),
     ("9->1 (mean)", lambda: _after_conv(nn.AdaptiveAvgPool2d(1)), (1, 3, 9, 9)),
-    ("10->7 (sliding)", lambda: _after_conv(nn.AdaptiveAvgPool2d(7)), (1, 3, 10, 10)),
-    ("9->6 (sliding)", lambda: _after_conv(nn.AdaptiveAvgPool2d(6)), (1, 3, 9, 9)),
-    ("33->6 (slices)", lambda: _after_conv(nn.AdaptiveAvgPool2d(6)), (1, 3, 33, 33)),
-    ("max 10->7 (gather)", lambda: _after_conv(nn.AdaptiveMaxPool2d(7)), (1, 3, 10, 10)),
+    ("10->7 (window sums)", lambda: _after_conv(nn.AdaptiveAvgPool2d(7)), (1, 3, 10, 10)),
+    ("9->6 (window sums)", lambda: _after_conv(nn.AdaptiveAvgPool2d(6)), (1, 3, 9, 9)),
+    ("33->6 (window sums)", lambda: _after_conv(nn.AdaptiveAvgPool2d(6)), (1, 3, 33, 33)),
+    ("max 10->7 (window maxima)", lambda: _after_conv(nn.AdaptiveMaxPool2d(7)), (1, 3, 10, 10)),
     ("3d 5x10x10->3x7x7", lambda: SliceConvThen3dPool((3, 7, 7)), (1, 3, 5, 10, 10)),
 )
 MODEL_CASES: tuple[tuple[str, tuple[int, ...]], ...] = (

@@ -244,13 +244,15 @@ def bench_markdown(results: dict[str, Any]) -> str:
                 ],
             ) + [""]
     if results.get("avgforms"):
-        forms = ("sliding", "slices", "gather", "window")
+        forms = ("sliding", "slices", "gather", "window", "window_dynamo")
         lines += [
             "## The exact average forms in onnxruntime, and the planner's pick",
             "",
-            "Each exact form of a general average axis exported alone and timed side by side (one thread, ms): "
-            "sliding AvgPools, window slices, gathered windows, and the window means ONNX export gets on small "
-            "planes; picked: what the planner gives ONNX export; picked / best: its time over the fastest form's.",
+            "Each exact form of a general average axis exported alone (TorchScript exporter) and timed side by "
+            "side (one thread, ms): sliding AvgPools, window slices, gathered windows, and the window sums ONNX "
+            "export gets on small planes; window_dynamo: the window sums as the dynamo exporter writes them "
+            "(Pad and Einsum, not Concat and ReduceSum); picked: what the planner gives ONNX export; picked / "
+            "best: its time over the fastest TorchScript form's.",
             "",
         ]
         lines += _table(

@@ -44,7 +44,7 @@ def test_average_form_rows_time_every_form_and_leave_the_planner_as_it_was(monke
     from fxpool import planning
 
     monkeypatch.setattr(benchmarks, "AVERAGE_FORM_CASES", (((1, 4, 10, 10), (7, 7)), ((1, 4, 64, 64), (6, 6))))
-    names = ("SLIDING_MAX_LENGTH", "SLICES_MAX_WINDOWS", "WINDOW_MEAN_MIN_COPIES")
+    names = ("SLIDING_MAX_LENGTH", "SLICES_MAX_WINDOWS", "WINDOW_SUMS_MIN_COPIES")
     limits = [getattr(planning, name) for name in names]
     rows = benchmarks.average_forms_section(repeats=1)
     assert [getattr(planning, name) for name in names] == limits

@@ -103,7 +103,7 @@ def test_a_nan_in_the_example_does_not_stop_the_conversion() -> None:
 
 
 ONNX_CASES = [  # (family, input shape, output size): one per exported form
-    ("avg", (1, 3, 13, 11), (5, 7)),  # window means (a small plane)
+    ("avg", (1, 3, 13, 11), (5, 7)),  # window sums (a small plane)
     ("avg", (1, 3, 64, 64), (6, 40)),  # slices, sliding (a large plane)
     ("avg", (1, 3, 1000, 8), (150, 8)),  # gathered windows
     ("avg", (1, 3, 4, 5), (8, 10)),  # nearest upsampling

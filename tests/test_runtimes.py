@@ -67,8 +67,22 @@ def test_an_absent_runtime_is_said_so() -> None:
     assert runtimes.available("tensorrt") is not None  # no TensorRT on the CPU machines
 
 
-@pytest.mark.parametrize("case", ["10->7 (sliding)", "max 10->7 (gather)", "3d 5x10x10->3x7x7"])
-@pytest.mark.parametrize("quantizer", ["NNCF", "pt2e XNNPACK"])
+NNCF_MAX_MISS = pytest.mark.xfail(
+    strict=True, reason="NNCF quantizes the inputs of the window maxima's elementwise Max (docs/limitations.md)"
+)
+
+
+@pytest.mark.parametrize(
+    "case,quantizer",
+    [
+        ("10->7 (window sums)", "NNCF"),
+        ("3d 5x10x10->3x7x7", "NNCF"),
+        pytest.param("max 10->7 (window maxima)", "NNCF", marks=NNCF_MAX_MISS),
+        ("10->7 (window sums)", "pt2e XNNPACK"),
+        ("3d 5x10x10->3x7x7", "pt2e XNNPACK"),
+        ("max 10->7 (window maxima)", "pt2e XNNPACK"),
+    ],
+)
 def test_quantized_conversion_is_as_accurate_as_the_quantized_original(quantizer: str, case: str, tmp_path) -> None:
     """NNCF (OpenVINO) and PyTorch 2 export quantization with the XNNPACK quantizer, run by ExecuTorch."""
     pytest.importorskip("nncf" if quantizer == "NNCF" else "executorch.runtime")

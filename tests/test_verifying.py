@@ -69,7 +69,7 @@ def test_a_low_precision_model_exports_and_verifies_saying_how(dtype: torch.dtyp
     graph = onnx.load(str(tmp_path / "low.onnx"))  # the file written is the low-precision graph itself
     expected = onnx.TensorProto.BFLOAT16 if dtype == torch.bfloat16 else onnx.TensorProto.FLOAT16
     assert graph.graph.output[0].type.tensor_type.elem_type == expected
-    assert {"Gather", "Div"} <= set(op_histogram(str(tmp_path / "low.onnx")))  # 10 -> 7: window means
+    assert {"Gather", "Div"} <= set(op_histogram(str(tmp_path / "low.onnx")))  # 10 -> 7: window sums
 
 
 def test_a_float32_model_verifies_as_exported(tmp_path) -> None:

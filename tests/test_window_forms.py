@@ -1,5 +1,6 @@
 """The window forms ONNX export runs (``PoolPlan.onnx_steps``): window maxima by gathers and elementwise
-Max, window means by gathers, Where, Add and Div.
+Max; window sums by one gather per axis (a zero appended where windows are shorter) and ReduceSum,
+divided by the window sizes.
 
 Max values are compared bit for bit with PyTorch's adaptive max pools, means within float rounding
 (relative 1e-6, absolute 1e-6 in float32), and both have NaN and ±inf exactly where PyTorch has them,
@@ -20,13 +21,15 @@ import torch.nn.functional as F
 import fxpool
 from fxpool.planning import (
     SPATIAL_FIRST_MIN_COPIES,
-    WINDOW_MEAN_MIN_COPIES,
+    WINDOW_SUMS_MIN_COPIES,
     SpatialLayoutStep,
+    WindowCountStep,
     WindowReduceStep,
+    WindowZeroStep,
     choose_plan,
     last_axis_copies,
 )
-from fxpool.replacements import ExactAdaptivePool, window_position_indices, window_short_masks
+from fxpool.replacements import ExactAdaptivePool, window_counts, window_gather_indices, window_position_indices
 from fxpool.windows import window_bounds
 
 NATIVE = {1: F.adaptive_max_pool1d, 2: F.adaptive_max_pool2d, 3: F.adaptive_max_pool3d}
@@ -114,24 +117,46 @@ def test_window_position_indices_cover_every_window_and_nothing_else(in_size: in
 def test_average_window_form_only_where_the_plane_is_small() -> None:
     small = choose_plan("avg", (10, 10), (7, 7))
     assert small.describe_onnx() == (
-        "spatial axes first -> window-mean H 10->7 (3 gathers, Add, Div) -> window-mean W 10->7 (3 gathers, Add, Div)"
-        " -> spatial axes back"
+        "spatial axes first -> zero after H,W -> window-sum H 10->7 (span 3) -> window-sum W 10->7 (span 3)"
+        " -> divide by window sizes -> spatial axes back"
     )
     large = choose_plan("avg", (64, 64), (6, 6))  # 12 * 6 * 6 / 4096 = 0.105 copies
-    assert last_axis_copies(large.axes) < WINDOW_MEAN_MIN_COPIES <= last_axis_copies(small.axes)
+    assert last_axis_copies(large.axes) < WINDOW_SUMS_MIN_COPIES <= last_axis_copies(small.axes)
     up = choose_plan("avg", (4, 5), (6, 6))  # up-sampling windows of 1 or 2 entries: a window form too
-    assert [type(step).__name__ for step in up.onnx_steps] == ["SpatialLayoutStep", *["WindowReduceStep"] * 2, "SpatialLayoutStep"]
+    assert [type(step).__name__ for step in up.onnx_steps] == [
+        "SpatialLayoutStep",
+        "WindowZeroStep",
+        *["WindowReduceStep"] * 2,
+        "WindowCountStep",
+        "SpatialLayoutStep",
+    ]
+
+
+def test_only_axes_with_shorter_windows_get_a_zero() -> None:
+    even = choose_plan("avg", (33, 33), (6, 6))  # every window 6 long: no zero to gather
+    assert not any(isinstance(step, WindowZeroStep) for step in even.onnx_steps)
+    mixed = choose_plan("avg", (12, 10), (6, 7))  # H: one AvgPool's windows; W: 2 or 3 long
+    assert WindowZeroStep((1,)) in mixed.onnx_steps
+    assert WindowCountStep(((12, 6), (10, 7))) in mixed.onnx_steps
+    kept = choose_plan("avg", (5, 10), (5, 7), follows_input=(True, False))  # H follows the input: not pooled
+    assert WindowCountStep((None, (10, 7))) in kept.onnx_steps
 
 
 @pytest.mark.parametrize("in_size", range(1, 13))
-def test_window_short_masks_mark_exactly_the_repeats(in_size: int) -> None:
+def test_zero_padded_window_positions_cover_every_window_and_point_past_the_axis_for_the_rest(in_size: int) -> None:
     for out_size in range(1, 13):
         bounds = window_bounds(in_size, out_size)
         span = max(end - start for start, end in bounds)
-        masks = window_short_masks(in_size, out_size, span)
-        for j, mask in enumerate(masks):
-            expected = [start + j >= end for start, end in bounds]
-            assert (mask is None and not any(expected)) or (mask is not None and mask.tolist() == expected)
+        positions = window_gather_indices(in_size, out_size, span, zero_padded=True).view(out_size, span)
+        for i, (start, end) in enumerate(bounds):
+            assert positions[i].tolist() == list(range(start, end)) + [in_size] * (span - (end - start))
+
+
+def test_window_counts_are_the_products_of_the_window_lengths() -> None:
+    counts = window_counts(((10, 7), None, (5, 3)))
+    lengths = {size: [end - start for start, end in window_bounds(*size)] for size in ((10, 7), (5, 3))}
+    assert counts.shape == (7, 1, 3)
+    assert counts[:, 0, :].tolist() == [[a * b for b in lengths[(5, 3)]] for a in lengths[(10, 7)]]
 
 
 # --- eager, what ONNX export runs ---
@@ -293,10 +318,17 @@ def test_onnxruntime_maxpool_and_reducemax_skip_nan_which_is_why_the_form_uses_m
 
 
 @pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
-def test_average_window_form_in_onnxruntime_exports_gathers_where_add_div(dynamo: bool, tmp_path) -> None:
+def test_average_window_form_in_onnxruntime_exports_gathers_and_reducesum(dynamo: bool, tmp_path) -> None:
     import onnx
 
-    cases = [((10, 10), (7, 7)), ((4, 5), (6, 6)), ((1000,), (101,)), ((5, 10, 10), (3, 7, 7)), ((13, 10), (13, 7))]
+    cases = [
+        ((10, 10), (7, 7)),
+        ((4, 5), (6, 6)),
+        ((1000,), (101,)),
+        ((5, 10, 10), (3, 7, 7)),
+        ((13, 10), (13, 7)),
+        ((33, 33), (6, 6)),
+    ]
     native = {1: torch.nn.AdaptiveAvgPool1d, 2: torch.nn.AdaptiveAvgPool2d, 3: torch.nn.AdaptiveAvgPool3d}
     for in_sizes, out_sizes in cases:
         assert choose_plan("avg", in_sizes, out_sizes).onnx_steps, (in_sizes, out_sizes)
@@ -305,7 +337,11 @@ def test_average_window_form_in_onnxruntime_exports_gathers_where_add_div(dynamo
             ours = _onnxruntime(native[len(in_sizes)](out_sizes).to(dtype), x, tmp_path / "pool.onnx", dynamo)
             assert_mean_close(ours, NATIVE_AVG[len(in_sizes)](x, out_sizes), (in_sizes, out_sizes, dtype))
             ops = {node.op_type for node in onnx.load(str(tmp_path / "pool.onnx")).graph.node}
-            assert {"Gather", "Add", "Div", "Transpose"} <= ops and not {"AveragePool", "MatMul", "Mul"} & ops, ops
+            assert not {"AveragePool", "MatMul", "Mul", "Add", "Where"} & ops, ops  # no op a static quantizer requantizes
+            # the sums: an Einsum under torch.export (opset 18 and up), a ReduceSum under TorchScript
+            assert {"Gather", "Einsum" if dynamo else "ReduceSum", "Div", "Transpose"} <= ops, ops
+            if in_sizes != (33, 33):  # shorter windows: the zero they gather
+                assert ("Pad" if dynamo else "Concat") in ops, ops
 
 
 # --- torch.export keeps the gradient-exact form ---
