@@ -250,18 +250,24 @@ def bench_markdown(results: dict[str, Any]) -> str:
             "",
             "Each exact form of a general average axis exported alone (TorchScript exporter) and timed side by "
             "side (one thread, ms): sliding AvgPools, window slices, gathered windows, and the window sums ONNX "
-            "export gets on small planes; window_dynamo: the window sums as the dynamo exporter writes them "
-            "(Pad and Einsum, not Concat and ReduceSum); picked: what the planner gives ONNX export; picked / "
-            "best: its time over the fastest TorchScript form's.",
+            "export gets on small planes, in bold the planner's pick for ONNX export; dynamo: the window sums "
+            "as the dynamo exporter writes them (Pad and Einsum, not Concat and ReduceSum); pick / best: the "
+            "pick's time over the fastest TorchScript form's.",
             "",
         ]
+
+        def cell(row: dict[str, Any], form: str) -> str:
+            if not row.get(f"ort_{form}"):
+                return "-"
+            text = _fmt(row[f"ort_{form}"] * 1e3)
+            return f"**{text}**" if form == row["picked"] else text
+
         lines += _table(
-            ("pool", *forms, "picked", "picked / best"),
+            ("pool", "sliding", "slices", "gather", "window", "dynamo", "pick / best"),
             [
                 (
                     f"{'x'.join(map(str, r['shape']))} → {'x'.join(map(str, r['output']))}",
-                    *(_fmt(r[f"ort_{form}"] * 1e3) if r.get(f"ort_{form}") else "-" for form in forms),
-                    r["picked"],
+                    *(cell(r, form) for form in forms),
                     _over(r, f"ort_{r['picked']}", f"ort_{r['best']}"),
                 )
                 for r in results["avgforms"]

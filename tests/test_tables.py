@@ -73,5 +73,5 @@ def test_average_forms_table_gives_each_form_and_the_picks_ratio_to_the_best() -
     row |= {"ort_sliding": 2.5e-3, "ort_slices": 3.9e-3, "ort_gather": 4e-3, "ort_window": 1.25e-3, "ort_window_dynamo": 1.3e-3}
     slow = row | {"shape": [1, 512, 64, 64], "output": [6, 6], "picked": "slices", "best": "sliding", "ort_window": None}
     text = tables.bench_markdown({"torch": "x", "threads": 1, "repeats": 3, "avgforms": [row, slow]})
-    assert "| 8x512x10x10 → 7x7 | 2.50 | 3.90 | 4.00 | 1.25 | 1.30 | window | 1.00 |" in text
-    assert "| 1x512x64x64 → 6x6 | 2.50 | 3.90 | 4.00 | - | 1.30 | slices | 1.56 |" in text
+    assert "| 8x512x10x10 → 7x7 | 2.50 | 3.90 | 4.00 | **1.25** | 1.30 | 1.00 |" in text  # bold: the pick
+    assert "| 1x512x64x64 → 6x6 | 2.50 | **3.90** | 4.00 | - | 1.30 | 1.56 |" in text
