@@ -196,7 +196,7 @@ class WindowReduceStep:
     positions point at the zero :class:`WindowZeroStep` appended to the axis), split into ``(out_size,
     span)`` and summed over the span; :class:`WindowCountStep` divides by the window sizes after the
     last axis. The ONNX form of :attr:`PoolPlan.onnx_steps`: onnxruntime's MaxPool and ReduceMax skip
-    NaN, its elementwise Max and its ReduceSum propagate NaN and ±inf as PyTorch's pools do.
+    NaN, its elementwise Max, ReduceSum and Einsum propagate NaN and ±inf as PyTorch's pools do.
     """
 
     family: PoolFamily
