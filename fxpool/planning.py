@@ -571,13 +571,11 @@ def onnx_window_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple
     copies = last_axis_copies(axes)
     if family == "avg" and copies < WINDOW_SUMS_MIN_COPIES:
         return ()
-    pooled = [i for i, axis in enumerate(axes) if axis.kind in POOLED_KINDS]
-    steps: list[Step] = [
-        WindowReduceStep(family, i, axes[i].in_size, axes[i].out_size, window_lengths(axes[i].in_size, axes[i].out_size)[-1])
-        for i in pooled
-    ]
+    lengths = {i: window_lengths(axis.in_size, axis.out_size) for i, axis in enumerate(axes) if axis.kind in POOLED_KINDS}
+    pooled = list(lengths)
+    steps: list[Step] = [WindowReduceStep(family, i, axes[i].in_size, axes[i].out_size, lengths[i][-1]) for i in pooled]
     if family == "avg":
-        uneven = tuple(i for i in pooled if len(window_lengths(axes[i].in_size, axes[i].out_size)) > 1)
+        uneven = tuple(i for i in pooled if len(lengths[i]) > 1)
         windows = tuple((a.in_size, a.out_size) if i in pooled else None for i, a in enumerate(axes))
         steps = [WindowZeroStep(uneven)] * bool(uneven) + steps + [WindowCountStep(windows)]
     if family == "avg" or copies >= SPATIAL_FIRST_MIN_COPIES:

@@ -438,7 +438,7 @@ class ExactAdaptivePool(nn.Module):
         return self._run_onnx_steps(x) if self.plan.onnx_steps else self._run(x, eager=False)
 
     def _run_onnx_steps(self, x: torch.Tensor) -> torch.Tensor:
-        """The plan's ``onnx_steps``: window maxima or means by gathers, then any upsampling.
+        """The plan's ``onnx_steps``: window maxima or window sums by gathers, then any upsampling.
 
         Values only (ONNX graphs are for inference). A maximum rounds nothing; window sums of float16
         and bfloat16 inputs are taken in float32, as PyTorch's average pools accumulate them.

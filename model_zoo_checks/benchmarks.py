@@ -406,16 +406,14 @@ def average_forms_section(repeats: int) -> list[dict[str, Any]]:
         for shape, output in AVERAGE_FORM_CASES:
             dims = len(output)
             x = torch.randn(shape)
-            paths = {}
+            paths, modules = {}, {}
             for form in planning.AVERAGE_FORM_LIMITS:
                 with planning.forced_average_form(form):
-                    module = ExactAdaptivePool(planning.choose_plan("avg", tuple(shape[-dims:]), output))
+                    modules[form] = ExactAdaptivePool(planning.choose_plan("avg", tuple(shape[-dims:]), output))
                 paths[form] = f"{workdir}/{form}.onnx"
-                torch.onnx.export(module, (x,), paths[form], dynamo=False)
-            with planning.forced_average_form("window"):  # the window form as the dynamo exporter writes it
-                module = ExactAdaptivePool(planning.choose_plan("avg", tuple(shape[-dims:]), output))
-            paths["window_dynamo"] = f"{workdir}/window_dynamo.onnx"
-            torch.onnx.export(module, (x,), paths["window_dynamo"], dynamo=True, verbose=False)
+                torch.onnx.export(modules[form], (x,), paths[form], dynamo=False)
+            paths["window_dynamo"] = f"{workdir}/window_dynamo.onnx"  # the window form as the dynamo exporter writes it
+            torch.onnx.export(modules["window"], (x,), paths["window_dynamo"], dynamo=True, verbose=False)
             sessions = ort_sessions(paths, threads=1)
             array = x.numpy()
             times = side_by_side(
