@@ -34,6 +34,7 @@ from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
 from .errors import PoolCallError, SpatialSizeError
 from .planning import (
+    BlockReduceStep,
     PoolPlan,
     PoolStep,
     ReduceStep,
@@ -117,10 +118,26 @@ def window_sums(x: torch.Tensor, dim: int, positions: torch.Tensor, out_size: in
     Under the TorchScript exporter (opsets from 11, before Einsum): one Gather with 2-D indices and a
     ReduceSum."""
     if torch.jit.is_tracing():
-        return x[(slice(None),) * dim + (positions.view(out_size, span),)].sum(dim + 1)
-    windows = x.index_select(dim, positions).unflatten(dim, (out_size, span))
+        windows = x[(slice(None),) * dim + (positions.view(out_size, span),)]
+    else:
+        windows = x.index_select(dim, positions).unflatten(dim, (out_size, span))
+    return span_sum(windows, dim + 1)
+
+
+def block_reduce(x: torch.Tensor, dim: int, family: str, in_size: int, out_size: int) -> torch.Tensor:
+    """Each block's sum (avg) or maximum (max) along ``dim``, where ``out_size`` blocks of one length tile
+    it: a Reshape to ``(out_size, length)`` and one reduction over the length."""
+    # reshape, not unflatten: the TorchScript exporter computes unflatten's shape in a dozen ops
+    blocks = x.reshape(x.shape[:dim] + (out_size, in_size // out_size) + x.shape[dim + 1 :])
+    return blocks.amax(dim + 1) if family == "max" else span_sum(blocks, dim + 1)
+
+
+def span_sum(windows: torch.Tensor, dim: int) -> torch.Tensor:
+    """The sum over ``dim``: a ReduceSum under the TorchScript exporter, an Einsum under torch.export."""
+    if torch.jit.is_tracing():
+        return windows.sum(dim)
     axes = "abcdefgh"[: windows.dim()]
-    return torch.einsum(f"{axes}->{axes[: dim + 1]}{axes[dim + 2 :]}", windows)
+    return torch.einsum(f"{axes}->{axes[:dim]}{axes[dim + 1 :]}", windows)
 
 
 def append_zeros(x: torch.Tensor, dims: Sequence[int]) -> torch.Tensor:
@@ -438,7 +455,8 @@ class ExactAdaptivePool(nn.Module):
         return self._run_onnx_steps(x) if self.plan.onnx_steps else self._run(x, eager=False)
 
     def _run_onnx_steps(self, x: torch.Tensor) -> torch.Tensor:
-        """The plan's ``onnx_steps``: window maxima or window sums by gathers, then any upsampling.
+        """The plan's ``onnx_steps``: window maxima or window sums by gathers, or block sums or maxima by a
+        Reshape, then any upsampling.
 
         Values only (ONNX graphs are for inference). A maximum rounds nothing; window sums of float16
         and bfloat16 inputs are taken in float32, as PyTorch's average pools accumulate them.
@@ -461,6 +479,8 @@ class ExactAdaptivePool(nn.Module):
                 if step.axis in zero_by_concat:
                     x = torch.cat([x, torch.zeros_like(x.narrow(dim, 0, 1))], dim)
                 x = window_sums(x, dim, getattr(self, f"indices_onnx_{index}"), step.out_size, step.span)
+            elif isinstance(step, BlockReduceStep):
+                x = block_reduce(x, first_spatial + step.axis, step.family, step.in_size, step.out_size)
             elif isinstance(step, WindowZeroStep) and torch.jit.is_tracing():
                 zero_by_concat = set(step.axes)
             elif isinstance(step, WindowZeroStep):

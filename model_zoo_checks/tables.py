@@ -273,6 +273,40 @@ def bench_markdown(results: dict[str, Any]) -> str:
                 for r in results["avgforms"]
             ],
         ) + [""]
+    if results.get("maxforms"):
+        lines += [
+            "## The max family's two layouts in onnxruntime, and the planner's pick",
+            "",
+            "ONNX export's window maxima of a general max pool exported alone (TorchScript exporter) in the "
+            "input's layout and with the spatial axes moved in front, timed side by side at one and two "
+            "threads (ms), in bold the planner's pick (spatial axes first where the last-axis copies reach "
+            "`SPATIAL_FIRST_MIN_COPIES`); pick / best: the pick's time over the faster layout's.",
+            "",
+        ]
+
+        def layout_cell(row: dict[str, Any], threads: int, form: str) -> str:
+            text = _fmt(row[f"t{threads}_ort_{form}"] * 1e3)
+            return f"**{text}**" if form == row["picked"] else text
+
+        lines += _table(
+            ("pool", "copies", "input layout", "spatial first", "pick / best", "2 threads: input", "spatial first", "pick / best"),
+            [
+                (
+                    f"{'x'.join(map(str, r['shape']))} → {'x'.join(map(str, r['output']))}",
+                    _fmt(r["copies"]),
+                    *(
+                        cell
+                        for t in (1, 2)
+                        for cell in (
+                            layout_cell(r, t, "input_layout"),
+                            layout_cell(r, t, "spatial_first"),
+                            _over(r, f"t{t}_ort_{r['picked']}", f"t{t}_ort_{r[f't{t}_best']}"),
+                        )
+                    ),
+                )
+                for r in results["maxforms"]
+            ],
+        ) + [""]
     if results.get("quantization"):
         from .quantization import GRAPHS, QUANTIZERS, bound_cell
 

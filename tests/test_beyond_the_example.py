@@ -81,7 +81,7 @@ def test_non_finite_values_stay_in_their_windows_in_every_form(case) -> None:
     dims = len(in_sizes)
     x = with_non_finite(torch.randn(2, 3, *in_sizes, dtype=torch.float64), positions, values)
     native = POOLS[family, dims](out_sizes)
-    with planning.forced_average_form(form):
+    with planning.forced_form(form):
         plan = planning.choose_plan(family, in_sizes, out_sizes)  # type: ignore[arg-type]
     module = ExactAdaptivePool(plan, "pool", torch.float64)
     expected = native(x)

@@ -20,8 +20,10 @@ import torch.nn.functional as F
 
 import fxpool
 from fxpool.planning import (
+    BLOCK_MIN_LENGTH,
     SPATIAL_FIRST_MIN_COPIES,
     WINDOW_SUMS_MIN_COPIES,
+    BlockReduceStep,
     SpatialLayoutStep,
     WindowCountStep,
     WindowReduceStep,
@@ -80,7 +82,7 @@ def test_only_plans_with_a_general_axis_get_an_onnx_form() -> None:
     assert choose_plan("max", (10, 10), (7, 7)).onnx_steps
     assert choose_plan("avg", (10, 10), (7, 7)).onnx_steps
     assert not choose_plan("avg", (64, 64), (6, 6)).onnx_steps  # a large plane: the sliced windows of its steps
-    assert not choose_plan("avg", (14, 14), (7, 7)).onnx_steps  # one AvgPool already
+    assert not choose_plan("avg", (14, 14), (7, 7)).onnx_steps  # one AvgPool already: blocks of 2 entries
     assert not choose_plan("max", (14, 14), (7, 7)).onnx_steps  # one MaxPool already
     assert not choose_plan("max", (9, 9), (1, 1)).onnx_steps  # one amax
     plan = choose_plan("max", (100, 60, 5), (6, 6, 5))
@@ -91,6 +93,42 @@ def test_only_plans_with_a_general_axis_get_an_onnx_form() -> None:
     assert plan.describe_onnx() == "window-max D 100->6 (18 gathers, Max) -> window-max H 60->6 (10 gathers, Max)"
     upsampled = choose_plan("max", (4, 8), (6, 16))
     assert [type(step).__name__ for step in upsampled.onnx_steps] == ["WindowReduceStep", "UpsampleStep"]
+
+
+def test_block_form_where_the_windows_tile_every_pooled_axis_and_the_last_axis_blocks_are_long() -> None:
+    plan = choose_plan("avg", (64, 64), (2, 2))
+    assert plan.onnx_steps == (
+        BlockReduceStep("avg", 0, 64, 2),
+        BlockReduceStep("avg", 1, 64, 2),
+        WindowCountStep(((64, 2), (64, 2))),
+    )
+    assert plan.describe_onnx() == "block-sum H 64->2 (k=32) -> block-sum W 64->2 (k=32) -> divide by window sizes"
+    assert choose_plan("max", (5, 48, 48), (5, 6, 6)).onnx_steps == (
+        BlockReduceStep("max", 1, 48, 6),
+        BlockReduceStep("max", 2, 48, 6),
+    )  # the identity axis has none, the max family no division
+    assert choose_plan("avg", (64, 64), (1, 2)).onnx_steps[0] == BlockReduceStep("avg", 0, 64, 1)  # an axis pooled whole
+    length = BLOCK_MIN_LENGTH
+    assert choose_plan("avg", (4 * length,), (4,)).onnx_steps
+    assert not choose_plan("avg", (4 * (length - 1),), (4,)).onnx_steps  # shorter blocks: the pool of the steps
+    assert not choose_plan("avg", (64, 14), (2, 7)).onnx_steps  # short blocks on the last axis
+    assert not choose_plan("avg", (64, 64), (3, 3)).onnx_steps  # 22-entry windows every 21: overlapping
+    assert not choose_plan("avg", (64, 64), (1, 1)).onnx_steps  # one mean already
+
+
+@pytest.mark.parametrize("family", ["avg", "max"])
+def test_block_form_against_pytorch_with_nan_and_inf(family: str) -> None:
+    native = NATIVE_AVG if family == "avg" else NATIVE
+    check = assert_mean_close if family == "avg" else assert_max_equal
+    for in_sizes, out_sizes in [((16,), (2,)), ((24, 48), (3, 6)), ((16, 8), (2, 1)), ((16, 16, 16), (2, 2, 1))]:
+        module = module_for(in_sizes, out_sizes, family)
+        assert isinstance(module.plan.onnx_steps[0], BlockReduceStep), module.plan
+        for seed, dtype in enumerate((torch.float32, torch.float64, torch.float16, torch.bfloat16)):
+            x = with_specials((2, 3, *in_sizes), seed=seed, dtype=dtype)
+            if family == "avg" and dtype in (torch.float16, torch.bfloat16):
+                check(module.onnx_form(x), native[len(in_sizes)](x.double(), out_sizes).to(dtype), (in_sizes, dtype))
+            else:
+                check(module.onnx_form(x), native[len(in_sizes)](x, out_sizes), (in_sizes, dtype))
 
 
 def test_the_spatial_axes_go_first_where_the_last_axis_would_copy_entries_one_by_one() -> None:
@@ -281,6 +319,24 @@ def test_2d_and_3d_in_onnxruntime_export_gathers_and_max(dynamo: bool, tmp_path)
         assert_max_equal(ours, NATIVE[len(in_sizes)](x, out_sizes), (in_sizes, out_sizes))
         ops = {node.op_type for node in onnx.load(str(tmp_path / "pool.onnx")).graph.node}
         assert {"Gather", "Max"} <= ops and not {"MaxPool", "ReduceMax"} & ops, ops
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_block_form_in_onnxruntime_exports_reshapes_and_sums(dynamo: bool, tmp_path) -> None:
+    import onnx
+
+    native = {1: torch.nn.AdaptiveAvgPool1d, 2: torch.nn.AdaptiveAvgPool2d, 3: torch.nn.AdaptiveAvgPool3d}
+    for in_sizes, out_sizes in [((64, 64), (2, 2)), ((48, 48), (6, 6)), ((16, 32, 32), (2, 2, 2)), ((64,), (4,))]:
+        x = with_specials((2, 4, *in_sizes), seed=len(in_sizes))
+        ours = _onnxruntime(native[len(in_sizes)](out_sizes), x, tmp_path / "pool.onnx", dynamo)
+        assert_mean_close(ours, NATIVE_AVG[len(in_sizes)](x, out_sizes), (in_sizes, out_sizes))
+        ops = {node.op_type for node in onnx.load(str(tmp_path / "pool.onnx")).graph.node}
+        # Reshapes by constants (no Shape arithmetic), the sums, one Div; no pool, no op a static quantizer requantizes
+        assert ops - {"Constant"} == {"Reshape", "Einsum" if dynamo else "ReduceSum", "Div"}, ops
+    x = torch.randn(2, 4, 64, 64)
+    ours = _onnxruntime(torch.nn.AdaptiveMaxPool2d(2), x, tmp_path / "pool.onnx", dynamo)
+    assert_max_equal(ours, NATIVE[2](x, (2, 2)), "max 64->2")  # finite: ReduceMax skips NaN, as MaxPool does
+    assert {node.op_type for node in onnx.load(str(tmp_path / "pool.onnx")).graph.node} - {"Constant"} == {"Reshape", "ReduceMax"}
 
 
 def test_onnxruntime_maxpool_and_reducemax_skip_nan_which_is_why_the_form_uses_max(tmp_path) -> None:
