@@ -72,12 +72,14 @@ SLIDING_MAX_LENGTH = 4
 SLICES_MAX_WINDOWS = 128
 # The max family's ONNX form (window maxima) moves the spatial axes in front of the others where its
 # last-axis gathers would copy at least this many entries one by one per input entry
-# (:func:`last_axis_copies`). Fitted to onnxruntime, one thread, both layouts timed side by side as
-# prototypes (issue 38's closing report): spatial axes first won at 10x10->7x7 (1.47 copies: 2.0 ms
-# against 7.6), 1d 1000->101 (1.11: 3.4 against 7.1) and lost at 25x25->7x7 (0.39: 7.3 against 2.7) and
-# 33x33->6x6 (0.23: 3.4 against 1.5). Checked by ``python -m model_zoo_checks.benchmarks --sections pools
-# --cases max`` (10->7: 0.12x OpenVINO's native op, against 0.24x in the layout of the input).
-SPATIAL_FIRST_MIN_COPIES = 0.5
+# (:func:`last_axis_copies`). Fitted to onnxruntime, both layouts of fxpool's graph timed side by side
+# (``python -m model_zoo_checks.benchmarks --sections maxforms``, ms at one thread; the table is on
+# docs/results/benchmarks.md): spatial axes first won from 10x10->7x7 (1.47 copies: 0.99 against 2.84)
+# down to 25x25->7x7 (0.39: 0.92 against 1.69), 3d 9x10x11->4x3x7 (0.25: 0.11 against 0.21), 33x33->6x6
+# (0.20: 0.58 against 0.79) and 50x50->6x6 (0.13: 1.48 against 1.59), and lost at 56x56->6x6 (0.115: 2.68
+# against 2.00), 64x64->6x6 (0.105: 4.0 against 2.6) and 100x60->6x6 (0.06). Earlier prototypes, before
+# the gathers read the spatial-first layout as one block per window position, had put the line at 0.5.
+SPATIAL_FIRST_MIN_COPIES = 0.12
 # The average family's window form (window sums by gathers, spatial axes first) replaces the sliding
 # AvgPools and window slices in ONNX export where the last-axis copies (:func:`last_axis_copies`) reach
 # this. Fitted to onnxruntime, one thread (``python -m model_zoo_checks.benchmarks --sections avgforms``,

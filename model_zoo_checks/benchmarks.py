@@ -10,7 +10,7 @@ repeat, after a warm-up, and the median of the repeats is reported. Sections:
   intra-op thread count (1 and 2), one alternating run of every form (:func:`runtime_case`):
   fxpool static and ``dynamic=True`` in eager and in onnxruntime, OpenVINO's native op on the
   original module, and the read-once floor (one max over the spatial axes) in eager and in
-  onnxruntime; where ONNX export gets a window form (``PoolPlan.onnx_steps``), the graph of the
+  onnxruntime; where ONNX export gets a form of its own (``PoolPlan.onnx_steps``), the graph of the
   plan's steps beside it. ``--device cuda`` times with CUDA events in ``--dtypes``
   (float32, float16, bfloat16) and leaves out onnxruntime and OpenVINO.
 - ``convert``: ``fxpool.convert`` time as a multiple of one eager forward (the two alternating), for a
@@ -127,7 +127,8 @@ MAX_FORM_CASES: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
     ((4, 256, 25, 25), (7, 7)),
     ((1, 512, 33, 33), (6, 6)),
     ((1, 512, 40, 40), (6, 6)),
-    ((1, 512, 48, 48), (6, 6)),
+    ((1, 512, 50, 50), (6, 6)),
+    ((1, 512, 56, 56), (6, 6)),
     ((1, 512, 64, 64), (6, 6)),
     ((2, 256, 100, 60), (6, 6)),
     ((8, 512, 4, 8), (6, 16)),
@@ -262,9 +263,9 @@ def runtime_case(
     Keys ``t{threads}_{form}``: ``eager_native``, ``eager_fxpool``, ``eager_fxpool_dynamic``,
     ``eager_floor`` (torch at ``threads`` threads); ``ort_fxpool``, ``ort_fxpool_dynamic``,
     ``ort_floor`` (onnxruntime, spinning off, graphs from the TorchScript exporter, ``dynamo=False``);
-    ``ort_fxpool_steps`` where the plan has an ONNX window form of its own (``PoolPlan.onnx_steps``): the
+    ``ort_fxpool_steps`` where the plan has an ONNX form of its own (``PoolPlan.onnx_steps``): the
     plan's ``steps`` that ``torch.export`` keeps, exported as such (gather + MaxPool; sliding AvgPools or
-    window slices); ``openvino_native``.
+    window slices; the one AveragePool/MaxPool blocks replace); ``openvino_native``.
     """
     from dataclasses import replace
 

@@ -53,6 +53,7 @@ POOL_CASES: tuple[tuple[str, Callable[[], nn.Module], tuple[int, ...]], ...] = (
     ("10->7 (window sums)", lambda: _after_conv(nn.AdaptiveAvgPool2d(7)), (1, 3, 10, 10)),
     ("9->6 (window sums)", lambda: _after_conv(nn.AdaptiveAvgPool2d(6)), (1, 3, 9, 9)),
     ("33->6 (window sums)", lambda: _after_conv(nn.AdaptiveAvgPool2d(6)), (1, 3, 33, 33)),
+    ("64->2 (blocks)", lambda: _after_conv(nn.AdaptiveAvgPool2d(2)), (1, 3, 64, 64)),
     ("max 10->7 (window maxima)", lambda: _after_conv(nn.AdaptiveMaxPool2d(7)), (1, 3, 10, 10)),
     ("3d 5x10x10->3x7x7", lambda: SliceConvThen3dPool((3, 7, 7)), (1, 3, 5, 10, 10)),
 )

@@ -352,9 +352,10 @@ def runtime_markdown(cases: Sequence[dict[str, Any]]) -> list[str]:
             "Ratios of forward times from one alternating run: over OpenVINO's native op on the original module "
             "(below 1: fxpool is faster) and over the floor, one max over the spatial axes read once "
             "(onnxruntime's ReduceMax; eager's amax for eager). onnxruntime ms: fxpool's graph (TorchScript "
-            'exporter). "steps graph": where ONNX export gets a window form (max pools with uneven windows, '
-            "average pools with uneven windows on small planes), the plan's steps exported instead: the gather + "
-            "MaxPool form, or the sliding AvgPools and window slices, that torch.export keeps. Static over "
+            'exporter). "steps graph": where ONNX export gets a form of its own (max pools with uneven windows, '
+            "average pools with uneven windows on small planes, windows tiling the axes in blocks of 8 or more), "
+            "the plan's steps exported instead: the gather + MaxPool form, the sliding AvgPools and window slices, "
+            "or the one AveragePool/MaxPool, that torch.export keeps. Static over "
             "dynamic: fxpool's static graph over its dynamic=True graph.",
             "",
         ]

@@ -135,7 +135,7 @@ def test_the_spatial_axes_go_first_where_the_last_axis_would_copy_entries_one_by
     small = choose_plan("max", (10, 10), (7, 7))  # 3 * 7 * 7 / 100 = 1.47 entries copied singly per input entry
     assert last_axis_copies(small.axes) == pytest.approx(1.47)
     assert small.onnx_steps[0] == SpatialLayoutStep(True) and small.onnx_steps[-1] == SpatialLayoutStep(False)
-    large = choose_plan("max", (25, 25), (7, 7))  # 5 * 7 * 7 / 625 = 0.39
+    large = choose_plan("max", (64, 64), (6, 6))  # 11 * 6 * 6 / 4096 = 0.105
     assert last_axis_copies(large.axes) < SPATIAL_FIRST_MIN_COPIES <= last_axis_copies(small.axes)
     assert not any(isinstance(step, SpatialLayoutStep) for step in large.onnx_steps)
     upsampled = choose_plan("max", (4, 8), (6, 16))  # the last axis is upsampled, not gathered
