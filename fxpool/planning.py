@@ -91,13 +91,14 @@ SPATIAL_FIRST_MIN_COPIES = 0.12
 WINDOW_SUMS_MIN_COPIES = 0.19
 # Pools whose windows tile an axis (one length, stride equal to it) get a block form in ONNX export
 # (:func:`onnx_block_steps`) where the last spatial axis's windows hold at least this many entries.
-# Fitted to onnxruntime against its AveragePool/MaxPool of the same windows (fxpool's two graphs side by
-# side, ms at one thread, two threads in brackets): average 64->2 (32 entries) 0.41 against 0.99 (0.43
-# against 0.73), 64->4 (16) 0.47 against 1.00 (0.49 against 0.69), 48->6 (8) 0.44 against 0.59 (0.44
-# against 0.42), 3d 16x32x32->2x2x2 0.48 against 4.4; max 64->2 0.44 against 0.94. Shorter blocks lose:
-# average 28->7 (4) 3.0 against 2.3, 14->7 (2) 2.7 against 0.51; max 28->7 (4) won at one thread (1.19
-# against 1.72) and lost at two (1.24 against 1.13).
-BLOCK_MIN_LENGTH = 8
+# Fitted to onnxruntime against its AveragePool of the same windows (side by side, block time over the
+# pool's at one thread, two in brackets): from 16 entries the blocks won or tied on every plane, 32x32->2x2
+# over 2048 channels 0.54 (0.56), over 512 0.59 (0.62), 40x40->2x2 over 512 0.46 (0.49), 64x64->2x2 0.40
+# (0.43), and on small tensors where both take about 0.02 ms 0.64-1.09; with 8 to 12 entries they won on
+# large planes (48x48->6x6 0.70, 40x40->4x4 0.67) and lost on small ones (16x16->2x2 over 512 channels
+# 3.4 (1.4), 24x24->3x3 1.7, 56x56->7x7 over 64 channels 1.25); with 2 or 4 entries they lost everywhere
+# (14->7 over 8x512: 5x). The max family's ReduceMax against MaxPool behaved alike.
+BLOCK_MIN_LENGTH = 16
 # The limits above that send every general average axis to one exact form ("window": ONNX export's
 # window sums wherever an axis is general), for the benchmark's fits and the tests of each form.
 AVERAGE_FORM_LIMITS: dict[str, dict[str, float]] = {
@@ -628,7 +629,8 @@ def onnx_block_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[
     onnxruntime's AveragePool and MaxPool walk every window of every plane, while a reduction over an
     outer axis's blocks adds whole rows and the last axis's then reads a tensor that many times smaller,
     1.1-1.3x the read-once floor on 64x64 planes where AveragePool took 2.8x. Shorter blocks keep the
-    pool of ``steps``: a reduction over 2 or 4 adjacent entries costs more per entry than the pool.
+    pool of ``steps``: a reduction over a few adjacent entries, or over short rows of a small plane,
+    costs more per entry than the pool.
     Under torch.export the sums are Einsums, which static INT8 quantizers leave in float.
     """
     if any(a.kind not in ("identity", "pool", "reduce") for a in axes) or not any(a.kind == "pool" for a in axes):

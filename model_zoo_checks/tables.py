@@ -353,7 +353,7 @@ def runtime_markdown(cases: Sequence[dict[str, Any]]) -> list[str]:
             "(below 1: fxpool is faster) and over the floor, one max over the spatial axes read once "
             "(onnxruntime's ReduceMax; eager's amax for eager). onnxruntime ms: fxpool's graph (TorchScript "
             'exporter). "steps graph": where ONNX export gets a form of its own (max pools with uneven windows, '
-            "average pools with uneven windows on small planes, windows tiling the axes in blocks of 8 or more), "
+            "average pools with uneven windows on small planes, windows tiling the axes in blocks of 16 or more), "
             "the plan's steps exported instead: the gather + MaxPool form, the sliding AvgPools and window slices, "
             "or the one AveragePool/MaxPool, that torch.export keeps. Static over "
             "dynamic: fxpool's static graph over its dynamic=True graph.",

@@ -103,15 +103,16 @@ def test_block_form_where_the_windows_tile_every_pooled_axis_and_the_last_axis_b
         WindowCountStep(((64, 2), (64, 2))),
     )
     assert plan.describe_onnx() == "block-sum H 64->2 (k=32) -> block-sum W 64->2 (k=32) -> divide by window sizes"
-    assert choose_plan("max", (5, 48, 48), (5, 6, 6)).onnx_steps == (
-        BlockReduceStep("max", 1, 48, 6),
-        BlockReduceStep("max", 2, 48, 6),
+    assert choose_plan("max", (5, 96, 96), (5, 6, 6)).onnx_steps == (
+        BlockReduceStep("max", 1, 96, 6),
+        BlockReduceStep("max", 2, 96, 6),
     )  # the identity axis has none, the max family no division
     assert choose_plan("avg", (64, 64), (1, 2)).onnx_steps[0] == BlockReduceStep("avg", 0, 64, 1)  # an axis pooled whole
     length = BLOCK_MIN_LENGTH
     assert choose_plan("avg", (4 * length,), (4,)).onnx_steps
     assert not choose_plan("avg", (4 * (length - 1),), (4,)).onnx_steps  # shorter blocks: the pool of the steps
     assert not choose_plan("avg", (64, 14), (2, 7)).onnx_steps  # short blocks on the last axis
+    assert not choose_plan("avg", (16, 16), (2, 2)).onnx_steps  # 8 entries: the pool is faster on small planes
     assert not choose_plan("avg", (64, 64), (3, 3)).onnx_steps  # 22-entry windows every 21: overlapping
     assert not choose_plan("avg", (64, 64), (1, 1)).onnx_steps  # one mean already
 
@@ -120,7 +121,7 @@ def test_block_form_where_the_windows_tile_every_pooled_axis_and_the_last_axis_b
 def test_block_form_against_pytorch_with_nan_and_inf(family: str) -> None:
     native = NATIVE_AVG if family == "avg" else NATIVE
     check = assert_mean_close if family == "avg" else assert_max_equal
-    for in_sizes, out_sizes in [((16,), (2,)), ((24, 48), (3, 6)), ((16, 8), (2, 1)), ((16, 16, 16), (2, 2, 1))]:
+    for in_sizes, out_sizes in [((32,), (2,)), ((24, 96), (3, 6)), ((32, 16), (2, 1)), ((16, 16, 16), (2, 2, 1))]:
         module = module_for(in_sizes, out_sizes, family)
         assert isinstance(module.plan.onnx_steps[0], BlockReduceStep), module.plan
         for seed, dtype in enumerate((torch.float32, torch.float64, torch.float16, torch.bfloat16)):
@@ -326,7 +327,7 @@ def test_block_form_in_onnxruntime_exports_reshapes_and_sums(dynamo: bool, tmp_p
     import onnx
 
     native = {1: torch.nn.AdaptiveAvgPool1d, 2: torch.nn.AdaptiveAvgPool2d, 3: torch.nn.AdaptiveAvgPool3d}
-    for in_sizes, out_sizes in [((64, 64), (2, 2)), ((48, 48), (6, 6)), ((16, 32, 32), (2, 2, 2)), ((64,), (4,))]:
+    for in_sizes, out_sizes in [((64, 64), (2, 2)), ((96, 64), (6, 4)), ((16, 32, 32), (2, 2, 2)), ((64,), (4,))]:
         x = with_specials((2, 4, *in_sizes), seed=len(in_sizes))
         ours = _onnxruntime(native[len(in_sizes)](out_sizes), x, tmp_path / "pool.onnx", dynamo)
         assert_mean_close(ours, NATIVE_AVG[len(in_sizes)](x, out_sizes), (in_sizes, out_sizes))
