@@ -215,15 +215,13 @@ def bench_markdown(results: dict[str, Any]) -> str:
     if results.get("convert"):
         lines += ["## Conversion cost", ""]
         lines += _table(
-            ("model", "input", "pools", "intercepted modules", "forward ms", "convert ms", "convert / forward", "extra peak MB"),
+            ("model", "input", "pools", "forward ms", "convert / forward", "peak MB"),
             [
                 (
                     r["model"],
-                    "x".join(map(str, r["input"][1:])),
+                    "x".join(map(str, r["input"][2:])),
                     str(r["pools"]),
-                    str(r.get("intercepted", r.get("traced", ""))),  # "traced": runs before interception
                     _fmt(r["forward_s"] * 1e3, ".1f"),
-                    _fmt(r["convert_s"] * 1e3, ".0f"),
                     _fmt(r["convert_over_forward"]),
                     _fmt(r.get("convert_peak_MB"), ".0f"),
                 )
@@ -279,8 +277,9 @@ def bench_markdown(results: dict[str, Any]) -> str:
             "",
             "ONNX export's window maxima of a general max pool exported alone (TorchScript exporter) in the "
             "input's layout and with the spatial axes moved in front, timed side by side at one and two "
-            "threads (ms), in bold the planner's pick (spatial axes first where the last-axis copies reach "
-            "`SPATIAL_FIRST_MIN_COPIES`); pick / best: the pick's time over the faster layout's.",
+            "threads (ms), in bold the planner's pick (spatial axes first where the last-axis copies per input "
+            "entry, in brackets, reach `SPATIAL_FIRST_MIN_COPIES`); pick / best: the pick's time over the faster "
+            "layout's.",
             "",
         ]
 
@@ -289,11 +288,10 @@ def bench_markdown(results: dict[str, Any]) -> str:
             return f"**{text}**" if form == row["picked"] else text
 
         lines += _table(
-            ("pool", "copies", "input layout", "spatial first", "pick / best", "2 threads: input", "spatial first", "pick / best"),
+            ("pool (copies)", "input layout", "spatial first", "pick / best", "2 threads: input", "spatial first", "pick / best"),
             [
                 (
-                    f"{'x'.join(map(str, r['shape']))} → {'x'.join(map(str, r['output']))}",
-                    _fmt(r["copies"]),
+                    f"{'x'.join(map(str, r['shape']))} → {'x'.join(map(str, r['output']))} ({_fmt(r['copies'])})",
                     *(
                         cell
                         for t in (1, 2)

@@ -82,4 +82,4 @@ def test_max_forms_table_gives_both_layouts_per_thread_count_and_the_picks_ratio
     row |= {"t1_ort_input_layout": 0.9e-3, "t1_ort_spatial_first": 0.6e-3, "t1_best": "spatial_first"}
     row |= {"t2_ort_input_layout": 0.6e-3, "t2_ort_spatial_first": 0.9e-3, "t2_best": "input_layout"}
     text = tables.bench_markdown({"torch": "x", "threads": 1, "repeats": 3, "maxforms": [row]})
-    assert "| 1x512x33x33 → 6x6 | 0.20 | 0.90 | **0.60** | 1.00 | 0.60 | **0.90** | 1.50 |" in text
+    assert "| 1x512x33x33 → 6x6 (0.20) | 0.90 | **0.60** | 1.00 | 0.60 | **0.90** | 1.50 |" in text
