@@ -568,8 +568,9 @@ def choose_plan(
 
 def onnx_window_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]:
     """The window form ONNX export runs (:class:`WindowReduceStep` per pooled axis, outer axes first, for
-    averages between a :class:`WindowZeroStep` and a :class:`WindowCountStep`, then the upsampling), or
-    ``()`` where ONNX export runs ``steps``.
+    averages between a :class:`WindowZeroStep` and a :class:`WindowCountStep`, then the upsampling); for
+    a pool with no general axis, the block form of :func:`onnx_block_steps`; or ``()`` where ONNX export
+    runs ``steps``.
 
     Max family, wherever an axis has general windows. Why not ``steps`` (each window gathered, padded
     to the longest, then one MaxPool): onnxruntime runs that 1.2-2.2x slower than OpenVINO's native
@@ -627,11 +628,11 @@ def onnx_block_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[
     Per pooled axis, outer axes first, a :class:`BlockReduceStep`, then for averages one division by the
     window sizes. Where the last axis's windows hold at least :data:`BLOCK_MIN_LENGTH` entries:
     onnxruntime's AveragePool and MaxPool walk every window of every plane, while a reduction over an
-    outer axis's blocks adds whole rows and the last axis's then reads a tensor that many times smaller,
-    1.1-1.3x the read-once floor on 64x64 planes where AveragePool took 2.8x. Shorter blocks keep the
-    pool of ``steps``: a reduction over a few adjacent entries, or over short rows of a small plane,
-    costs more per entry than the pool.
-    Under torch.export the sums are Einsums, which static INT8 quantizers leave in float.
+    outer axis's blocks adds whole rows and the last axis's then reads a tensor that many times smaller:
+    64x64->2x2 over 512 channels at 1.0-1.2x the read-once floor, where AveragePool took 3.7-4.1x (the
+    benchmark's pools section). Shorter blocks keep the pool of ``steps``: a reduction over a few
+    adjacent entries, or over short rows of a small plane, costs more per entry than the pool. Under
+    torch.export the sums are Einsums, which static INT8 quantizers leave in float.
     """
     if any(a.kind not in ("identity", "pool", "reduce") for a in axes) or not any(a.kind == "pool" for a in axes):
         return ()
