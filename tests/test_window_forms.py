@@ -132,6 +132,16 @@ def test_block_form_against_pytorch_with_nan_and_inf(family: str) -> None:
                 check(module.onnx_form(x), native[len(in_sizes)](x, out_sizes), (in_sizes, dtype))
 
 
+def test_block_form_unbatched_and_channels_last() -> None:
+    unbatched = ExactAdaptivePool(choose_plan("avg", (64, 64), (2, 2)), "test", batched=False)
+    x = with_specials((3, 64, 64), seed=5)
+    assert_mean_close(unbatched.onnx_form(x), NATIVE_AVG[2](x, (2, 2)), "unbatched")
+    x = with_specials((2, 3, 64, 32), seed=6).contiguous(memory_format=torch.channels_last)
+    ours = module_for((64, 32), (4, 2), "avg").onnx_form(x)
+    assert_mean_close(ours, NATIVE_AVG[2](x, (4, 2)), "channels_last")
+    assert ours.is_contiguous(memory_format=torch.channels_last)
+
+
 def test_the_spatial_axes_go_first_where_the_last_axis_would_copy_entries_one_by_one() -> None:
     small = choose_plan("max", (10, 10), (7, 7))  # 3 * 7 * 7 / 100 = 1.47 entries copied singly per input entry
     assert last_axis_copies(small.axes) == pytest.approx(1.47)
