@@ -575,11 +575,11 @@ def onnx_window_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple
     Max family, wherever an axis has general windows. Why not ``steps`` (each window gathered, padded
     to the longest, then one MaxPool): onnxruntime runs that 1.2-2.2x slower than OpenVINO's native
     AdaptiveMaxPool, and its MaxPool skips NaN where PyTorch's pools return NaN. The window maxima as
-    elementwise Max of constant-index gathers are exact with NaN and ±inf, and measured 0.05-0.75x
+    elementwise Max of constant-index gathers are exact with NaN and ±inf, and measured 0.09-0.65x
     OpenVINO's native op at one and two onnxruntime threads (the max cases of ``python -m
-    model_zoo_checks.benchmarks --sections pools``; see docs/results/benchmarks.md), 1.4-11x faster than
-    the gather graph but for 100x60->6 (0.9-1.1x) and, at two threads, 3d (1.0x) and 4x8->6x16 (0.4x,
-    where one thread ran it 3.6x faster). Forms measured and not taken: a sliding MaxPool (stride 1) of
+    model_zoo_checks.benchmarks --sections pools``; see docs/results/benchmarks.md), 1.1-8x faster than
+    the gather graph but for 100x60->6 (the gather graph 0.64-0.90x its time, NaN-blind) and 4x8->6x16
+    at two threads (0.89x). Forms measured and not taken: a sliding MaxPool (stride 1) of
     the shortest window length, then two gathers of its result and a Max per axis (as fast on some
     cases, 2.4x slower on 100x60, and NaN-exact only with a NaN count per window beside it, which made
     it 1.3-3.3x slower); the same with the input moved channels-last first (faster on small planes,
