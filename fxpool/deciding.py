@@ -35,6 +35,14 @@ def replacement_of(decision: PoolDecision) -> tuple[str, str]:
     return plan.describe(), plan.kind
 
 
+def onnx_replacement_of(decision: PoolDecision) -> str:
+    """The form ONNX export runs in the replacement's place, where it has one of its own ("" elsewhere)."""
+    plan = decision.plan
+    if plan is None or decision.action != "exact" or not plan.onnx_steps:
+        return ""
+    return plan.describe_onnx()
+
+
 @dataclass(frozen=True, eq=False)
 class SiteDecision:
     """What happens to one site, and the record of it."""
@@ -107,6 +115,7 @@ def _record(site: PoolSite, decision: PoolDecision) -> PoolRecord:
         output_shape=None if event is None else event.output_shape,
         converted=converted,
         replacement=replacement,
+        onnx_replacement="" if site.already is not None else onnx_replacement_of(decision),
         reason=decision.reason,
         size_agnostic=decision.action == "dynamic" or (plan is not None and converted and plan.size_agnostic),
         source=None if event is None else event.source,

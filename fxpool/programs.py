@@ -47,7 +47,7 @@ from torch.utils._pytree import tree_leaves
 from .calls import PoolCall, aten_returns_indices, describe_aten, is_aten_pool
 from .checking import ReplacementCheck, SelfCheck, compare_outputs
 from .copying import structural_copy
-from .deciding import replacement_of
+from .deciding import onnx_replacement_of, replacement_of
 from .dynamic import DynamicAdaptiveAvgPool, DynamicAdaptiveMaxPool
 from .errors import ExampleInputError, FxpoolError, SelfCheckError
 from .example import Example, example_run, read_example
@@ -605,6 +605,7 @@ def _record_of(site: AtenPoolSite, decision: PoolDecision, seen: _Seen | None) -
         output_shape=site.shapes[1] if seen is None else tuple(seen.output.shape),
         converted=converted,
         replacement=replacement,
+        onnx_replacement=onnx_replacement_of(decision),
         reason=reason,
         size_agnostic=decision.action == "dynamic" or (plan is not None and converted and plan.size_agnostic),
         family=call.family,

@@ -30,6 +30,7 @@ class PoolRecord:
     converted: bool
     replacement: str  # what computes it now ("left to PyTorch" when unconverted)
     reason: str
+    onnx_replacement: str = ""  # what ONNX export runs instead, where it has a form of its own (PoolPlan.onnx_steps)
     size_agnostic: bool = False
     source: str | None = None
     # Left to PyTorch but an average pool on float input: fxpool.export and onnx_export_hook lower
@@ -106,7 +107,9 @@ class ConversionReport:
                 r.op,
                 _shape(r.input_shape),
                 r.output_size,
-                r.replacement + ("" if r.converted else " (export: fxpool translation)" if r.export_translated else " (!)"),
+                r.replacement
+                + (f"; in ONNX: {r.onnx_replacement}" if r.onnx_replacement else "")
+                + ("" if r.converted else " (export: fxpool translation)" if r.export_translated else " (!)"),
                 r.reason,
             )
             for r in self.records

@@ -67,3 +67,16 @@ def test_to_dict_is_json_with_every_record(report) -> None:
 def test_report_of_a_module_fxpool_did_not_make_says_so() -> None:
     with pytest.raises((TypeError, ValueError), match="convert"):
         report_of(nn.Linear(2, 2))
+
+
+def test_records_name_the_form_onnx_export_runs_where_it_has_its_own(report: fxpool.ConversionReport) -> None:
+    records = {r.location: r for r in report.records}
+    assert records["sliding"].onnx_replacement.startswith("spatial axes first -> zero after H,W -> window-sum H 10->7")
+    assert records["mean"].onnx_replacement == records["uniform"].onnx_replacement == ""  # ONNX runs the steps
+    assert records["indices"].onnx_replacement == ""  # left to PyTorch
+    assert "; in ONNX: spatial axes first" in report.table()
+    blocks = report_of(fxpool.convert(nn.AdaptiveAvgPool2d(2), torch.randn(1, 2, 64, 64))).records[0]
+    assert blocks.onnx_replacement == "block-sum H 64->2 (k=32) -> block-sum W 64->2 (k=32) -> divide by window sizes"
+    program = torch.export.export(nn.AdaptiveMaxPool2d(2).eval(), (torch.randn(1, 2, 64, 64),))
+    aten = report_of(fxpool.convert(program)).records[0]
+    assert aten.onnx_replacement == "block-max H 64->2 (k=32) -> block-max W 64->2 (k=32)"
