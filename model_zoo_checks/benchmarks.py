@@ -418,22 +418,34 @@ def _convert_memory(name: str) -> dict[str, float | None]:
         return {"forward_peak_MB": None, "convert_peak_MB": None}
 
 
+def _forced_forms(
+    family: str, forms: Sequence[str], x: torch.Tensor, output: tuple[int, ...], workdir: str
+) -> tuple[dict[str, nn.Module], dict[str, str]]:
+    """The pool planned as each of ``forms`` (:func:`fxpool.planning.forced_form`), and its graph from the
+    TorchScript exporter: the modules and the ONNX paths, by form."""
+    from fxpool import planning
+    from fxpool.replacements import ExactAdaptivePool
+
+    modules: dict[str, nn.Module] = {}
+    paths = {}
+    for form in forms:
+        with planning.forced_form(form):
+            modules[form] = ExactAdaptivePool(planning.choose_plan(family, tuple(x.shape[-len(output) :]), output))  # type: ignore[arg-type]
+        paths[form] = f"{workdir}/{form}.onnx"
+        torch.onnx.export(modules[form], (x,), paths[form], dynamo=False)
+    return modules, paths
+
+
 def average_forms_section(repeats: int) -> list[dict[str, Any]]:
     """Every exact form of each case's general average axes, in onnxruntime (one thread), and the pick."""
     from fxpool import planning
-    from fxpool.replacements import ExactAdaptivePool
 
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         for shape, output in AVERAGE_FORM_CASES:
             dims = len(output)
             x = torch.randn(shape)
-            paths, modules = {}, {}
-            for form in planning.AVERAGE_FORM_LIMITS:
-                with planning.forced_form(form):
-                    modules[form] = ExactAdaptivePool(planning.choose_plan("avg", tuple(shape[-dims:]), output))
-                paths[form] = f"{workdir}/{form}.onnx"
-                torch.onnx.export(modules[form], (x,), paths[form], dynamo=False)
+            modules, paths = _forced_forms("avg", list(planning.AVERAGE_FORM_LIMITS), x, output, workdir)
             paths["window_dynamo"] = f"{workdir}/window_dynamo.onnx"  # the window form as the dynamo exporter writes it
             torch.onnx.export(modules["window"], (x,), paths["window_dynamo"], dynamo=True, verbose=False)
             sessions = ort_sessions(paths, threads=1)
@@ -463,19 +475,13 @@ def max_forms_section(repeats: int) -> list[dict[str, Any]]:
     one and two threads, and the planner's pick: the data :data:`fxpool.planning.SPATIAL_FIRST_MIN_COPIES`
     is fitted to."""
     from fxpool import planning
-    from fxpool.replacements import ExactAdaptivePool
 
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         for shape, output in MAX_FORM_CASES:
             dims = len(output)
             x = torch.randn(shape)
-            paths = {}
-            for form in planning.MAX_FORM_LIMITS:
-                with planning.forced_form(form):
-                    module = ExactAdaptivePool(planning.choose_plan("max", tuple(shape[-dims:]), output))
-                paths[form] = f"{workdir}/{form}.onnx"
-                torch.onnx.export(module, (x,), paths[form], dynamo=False)
+            _, paths = _forced_forms("max", list(planning.MAX_FORM_LIMITS), x, output, workdir)
             chosen = planning.choose_plan("max", tuple(shape[-dims:]), output)
             spatial_first = any(isinstance(step, planning.SpatialLayoutStep) for step in chosen.onnx_steps)
             picked = "spatial_first" if spatial_first else "input_layout"
