@@ -146,6 +146,11 @@ def append_zeros(x: torch.Tensor, dims: Sequence[int]) -> torch.Tensor:
     return F.pad(x, [p for d in reversed(range(x.dim())) for p in (0, int(d in padded))])
 
 
+def concat_zero(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """``x`` with one zero appended along ``dim``: one Concat (where a Pad's pads would not fold)."""
+    return torch.cat([x, torch.zeros_like(x.narrow(dim, 0, 1))], dim)
+
+
 def window_counts(windows: Sequence[tuple[int, int] | None]) -> torch.Tensor:
     """Every output's window size, one axis per spatial axis: the product of its window lengths along the
     pooled axes (``(in_size, out_size)``), size 1 along the others."""
@@ -438,7 +443,7 @@ class ExactAdaptivePool(nn.Module):
                 x = window_slice_means(x, step.axis - dims, window_bounds(step.in_size, step.out_size))
             elif isinstance(step, WindowGatherStep):
                 if step.zero_padded:  # one zero at the end of the axis, where the padding indices point
-                    x = torch.cat([x, torch.zeros_like(x.narrow(step.axis - dims, 0, 1))], step.axis - dims)
+                    x = concat_zero(x, step.axis - dims)
                 x = torch.index_select(x, step.axis - dims, getattr(self, f"indices_{index}"))
             elif isinstance(step, WindowScaleStep):
                 scale = _cast_like(self._weight_for(index, x), x)
@@ -477,7 +482,7 @@ class ExactAdaptivePool(nn.Module):
             elif isinstance(step, WindowReduceStep):
                 dim = first_spatial + step.axis
                 if step.axis in zero_by_concat:
-                    x = torch.cat([x, torch.zeros_like(x.narrow(dim, 0, 1))], dim)
+                    x = concat_zero(x, dim)
                 x = window_sums(x, dim, getattr(self, f"indices_onnx_{index}"), step.out_size, step.span)
             elif isinstance(step, BlockReduceStep):
                 x = block_reduce(x, first_spatial + step.axis, step.family, step.in_size, step.out_size)
