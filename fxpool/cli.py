@@ -1,4 +1,4 @@
-"""The ``fxpool`` command line: ``inspect``, ``export`` and, in a checkout of the repository, ``zoo``.
+"""The ``fxpool`` command line: ``explain`` (alias ``inspect``), ``export`` and, in the source tree, ``zoo``.
 
 Run as ``fxpool ...`` or ``python -m fxpool ...``. Nothing heavy is imported before the arguments are
 parsed: ``fxpool --help`` and ``fxpool --version`` answer without loading torch. Exit status: 0 ok,
@@ -23,34 +23,43 @@ JSON_SCHEMA_VERSION = 1  # raised when a key of the --json object changes meanin
 EXIT_OK, EXIT_MODEL_FAILED, EXIT_USAGE = 0, 1, 2
 DTYPE_NAMES = ("bfloat16", "float16", "float32", "float64")
 MODEL_HELP = (
-    "torchvision:NAME, package.module:callable, path/to/file.py:callable, FILE.pt2 (a torch.export program) or "
-    "FILE.pt (a whole pickled model: loading it runs code from the file, so only files you trust)"
+    "torchvision:NAME, timm:NAME, hf:ID_OR_FOLDER, package.module:callable, path/to/file.py:callable, FILE.pt2 "
+    "(a torch.export program) or FILE.pt (a whole pickled model: only with --trust-model-file)"
 )
 
 DESCRIPTION = """\
 Exact, export-friendly replacements for adaptive pooling in PyTorch models.
 
-MODEL is torchvision:NAME (built with weights=None), package.module:callable or
-path/to/file.py:callable (the callable builds the nn.Module with no arguments),
-FILE.pt2 (a program saved by torch.export.save: converted as a program, no
---input-shape needed) or FILE.pt (a whole model saved by torch.save(model), read
-with torch.load(weights_only=False): unpickling runs code from the file, so give
-only files you trust as you trust code you run)."""
+MODEL names the model, and says what may run to build it:
+  torchvision:NAME      torchvision's builder; random weights, or --weights DEFAULT
+  timm:NAME             timm's builder; random weights, or --pretrained from the
+                        local cache (nothing is downloaded)
+  hf:ID_OR_FOLDER       a transformers model from a local folder or the local cache:
+                        its config, and its weights with --pretrained (no remote code)
+  module:callable       your code, imported and called with no arguments (a module
+  path/to/file.py:callable  in the current folder is found too)
+  FILE.pt2              a program saved by torch.export.save (no --input-shape
+                        needed); its pickles are read by PyTorch's weights-only
+                        unpickler first, so no code of the file's runs
+  FILE.pt               read with torch.load(weights_only=True); a whole pickled
+                        model runs code from the file while it loads, so it is
+                        refused unless you pass --trust-model-file"""
 
 EPILOG = """\
 exit status:
   0  success
   1  the model failed: a pool left under --strict, an export the exporter
      refused, a graph that failed verification
-  2  usage: bad arguments, a MODEL that names nothing, an input shape the model
-     rejects, a missing optional dependency, an opset the exporter does not write
+  2  usage: bad arguments, a MODEL that names nothing or a file not trusted,
+     an input shape the model rejects, a missing optional dependency, an opset
+     the exporter does not write, an output path that cannot be written
 
 Run 'fxpool COMMAND --help' for a command's options."""
 
 ZOO_ELSEWHERE = (
-    "fxpool zoo: the model-zoo sweep (model_zoo_checks/) ships with the source checkout, not with the installed "
-    "package. Clone the repository, then run `make zoo` in it (or `fxpool zoo ...` from its root); "
-    "`fxpool inspect` and `fxpool export` work anywhere."
+    "fxpool zoo: the model-zoo sweep (model_zoo_checks/) ships with fxpool's source (the repository and its sdist), "
+    "not with the installed wheel. Run `make zoo` (or `fxpool zoo ...`) from the root of the source tree; "
+    "`fxpool explain` and `fxpool export` work anywhere."
 )
 
 
@@ -98,9 +107,11 @@ def build_parser(with_zoo: bool, program: bool = False) -> argparse.ArgumentPars
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    inspect_command = commands.add_parser("inspect", help="print the conversion report without exporting")
+    explain = commands.add_parser(
+        "explain", aliases=["inspect"], help="print the conversion report without exporting (alias: inspect)"
+    )
     export = commands.add_parser("export", help="convert and export to ONNX, verified with onnxruntime")
-    for sub in (inspect_command, export):
+    for sub in (explain, export):
         sub.add_argument("model", metavar="MODEL", help=MODEL_HELP)
         sub.add_argument(
             "--input-shape", type=parse_shape, required=not program, help="e.g. 1,3,320,320 (a .pt2 program has its own)"
@@ -112,7 +123,19 @@ def build_parser(with_zoo: bool, program: bool = False) -> argparse.ArgumentPars
         sub.add_argument(
             "--dtype", choices=DTYPE_NAMES, default="float32", help="the model's and the example's dtype (default float32)"
         )
-    export.add_argument("-o", "--output", required=True, help="the .onnx file to write")
+        sub.add_argument("--weights", help="torchvision:NAME only: the weights to load, e.g. DEFAULT (default: random)")
+        sub.add_argument(
+            "--pretrained",
+            action="store_true",
+            help="timm:NAME and hf:ID only: pretrained weights from the local cache (random, and said, where there are none)",
+        )
+        sub.add_argument(
+            "--trust-model-file",
+            action="store_true",
+            help="let a FILE.pt (or a .pt2 whose pickles need it) run code from the file while it loads: only for files "
+            "you trust as you trust code you run",
+        )
+    export.add_argument("-o", "--output", required=True, help="the .onnx file to write (checked before any work)")
     export.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo", help="default dynamo")
     export.add_argument(
         "--opset",
@@ -121,6 +144,11 @@ def build_parser(with_zoo: bool, program: bool = False) -> argparse.ArgumentPars
         help="ONNX opset version: dynamo writes 18 and up, torchscript 7 to 20; others are refused",
     )
     export.add_argument("--dynamic-batch", action="store_true", help="make axis 0 of the input dynamic")
+    export.add_argument(
+        "--single-file",
+        action="store_true",
+        help="keep the weights inside the .onnx (dynamo writes them to OUTPUT.data beside it by default; up to 2 GB)",
+    )
     export.add_argument("--no-verify", action="store_true", help="skip onnx.checker and onnxruntime")
     if with_zoo:
         zoo = commands.add_parser("zoo", help="run the model-zoo sweep of this checkout (model_zoo_checks)", add_help=False)
@@ -209,31 +237,43 @@ def _run(args: argparse.Namespace) -> int:
     from .convert import explain
     from .exporting import export
     from .loading import load_model
+    from .writing import check_output_path
 
-    model = load_model(args.model)
-    if isinstance(model, torch.export.ExportedProgram):
-        return _run_program(args, model)
-    if args.input_shape is None:
-        raise UsageError(f"fxpool {args.command}: --input-shape is required for {args.model} (only a .pt2 program has its own)")
-    device, dtype = _device(args.device), getattr(torch, args.dtype)
-    model = model.to(device=device, dtype=dtype)
-    example = torch.randn(args.input_shape, device=device, dtype=dtype)
+    if args.command == "export":
+        check_output_path(args.output)  # before the model is built: a bad path costs nothing
+    loaded = load_model(args.model, weights=args.weights, pretrained=args.pretrained, trust_file=args.trust_model_file)
+    model = loaded.model
+    program = isinstance(model, torch.export.ExportedProgram)
+    if program:
+        _refuse_program_options(args)
+        example = None if args.input_shape is None else torch.randn(args.input_shape)
+    else:
+        if args.input_shape is None:
+            raise UsageError(f"fxpool {args.command}: --input-shape is required for {args.model} (only a .pt2 program has its own)")
+        device, dtype = _device(args.device), getattr(torch, args.dtype)
+        model = model.to(device=device, dtype=dtype)
+        example = torch.randn(args.input_shape, device=device, dtype=dtype)
+    heading = f"model: {args.model} (weights: {loaded.weights})"
 
-    if args.command == "inspect":
+    if args.command != "export":
         report = explain(model, example, dynamic=args.dynamic_hw)
         refused = _strict_refusal(report, args.strict)
         code = EXIT_OK if refused is None else EXIT_MODEL_FAILED
         if args.json:
-            _print_json("inspect", code, refused, report=report.to_dict())
+            _print_json(args.command, code, refused, weights=loaded.weights, report=report.to_dict())
         else:
-            print(report)
+            print(f"{heading}\n{report}")
         if refused is not None:
-            print(f"fxpool inspect: {type(refused).__name__}: {refused}", file=sys.stderr)
+            print(f"fxpool {args.command}: {type(refused).__name__}: {refused}", file=sys.stderr)
         return code
 
-    options: dict[str, Any] = {"dynamo": args.exporter == "dynamo", "input_names": ["input"], "output_names": ["output"]}
+    options: dict[str, Any] = {"dynamo": args.exporter == "dynamo"}
+    if not program:
+        options.update(input_names=["input"], output_names=["output"])
     if args.opset is not None:
         options["opset_version"] = args.opset
+    if args.single_file and args.exporter == "dynamo":
+        options["external_data"] = False
     if args.dynamic_batch or args.dynamic_hw:
         axes = ([0] if args.dynamic_batch else []) + (list(range(2, len(args.input_shape))) if args.dynamic_hw else [])
         if args.exporter == "dynamo":
@@ -255,6 +295,8 @@ def _run(args: argparse.Namespace) -> int:
             EXIT_OK,
             None,
             path=result.path,
+            files=[{"path": f.path, "size": f.size} for f in result.files],
+            weights=loaded.weights,
             ops=result.op_histogram,
             max_abs_error=result.max_abs_error,
             verified=result.verified,
@@ -262,8 +304,9 @@ def _run(args: argparse.Namespace) -> int:
             report=result.report.to_dict(),
         )
     else:
+        wrote = "".join(f"\nwrote {written}" for written in result.files)
         print(
-            f"{result.report}\nwrote {result.path}\nops: {result.op_histogram}\nonnxruntime max abs error: {result.max_abs_error}"
+            f"{heading}\n{result.report}{wrote}\nops: {result.op_histogram}\nonnxruntime max abs error: {result.max_abs_error}"
             + (f" ({result.verified})" if result.verified else "")
         )
     return EXIT_OK
@@ -282,16 +325,8 @@ def _strict_refusal(report: Any, strict: bool) -> Exception | None:
     return None
 
 
-def _run_program(args: argparse.Namespace, program: Any) -> int:
-    """``inspect``/``export`` of a ``.pt2`` program: converted as a program (fxpool.programs); ``export`` writes
-    ONNX by ``torch.onnx.export(converted_program, dynamo=True)`` and checks it against the original program."""
-    import torch
-
-    from .convert import convert
-    from .exporting import check_opset, check_written_opset, require_export_dependencies
-    from .report import report_of
-    from .verifying import op_histogram, verify_onnx
-
+def _refuse_program_options(args: argparse.Namespace) -> None:
+    """A ``.pt2`` program keeps its device, dtype and dynamic dimensions, and exports through the dynamo exporter."""
     given = {"--device": args.device != "cpu", "--dtype": args.dtype != "float32", "--dynamic-hw": args.dynamic_hw}
     if args.command == "export":
         given.update({"--dynamic-batch": args.dynamic_batch, "--exporter torchscript": args.exporter == "torchscript"})
@@ -301,37 +336,6 @@ def _run_program(args: argparse.Namespace, program: Any) -> int:
             f"fxpool {args.command}: {', '.join(fixed)} cannot apply to a .pt2 program: it keeps the device, dtype and "
             f"dynamic dimensions it was exported with, and exports through the dynamo exporter"
         )
-    opset = getattr(args, "opset", None)  # export's option only
-    options: dict[str, Any] = {"dynamo": True} if opset is None else {"dynamo": True, "opset_version": opset}
-    if args.command == "export":  # what fxpool.export checks first: the extra installed, the opset written as asked
-        require_export_dependencies(options, not args.no_verify, "fxpool export")
-        check_opset(options)
-    example = None if args.input_shape is None else torch.randn(args.input_shape)
-    converted = convert(program, example)
-    report = report_of(converted)
-    refused = _strict_refusal(report, args.strict)
-    if args.command == "inspect" or refused is not None:
-        code = EXIT_OK if refused is None else EXIT_MODEL_FAILED
-        if args.json:
-            _print_json(args.command, code, refused, report=report.to_dict())
-        else:
-            print(report)
-            if refused is not None:
-                print(f"fxpool {args.command}: {type(refused).__name__}: {refused}", file=sys.stderr)
-        return code
-    torch.onnx.export(converted, f=args.output, **options)
-    check_written_opset(args.output, opset)
-    checked = None
-    if not args.no_verify:
-        original = program.module()
-        checked = verify_onnx(args.output, original, converted.example_inputs[0] if example is None else example)
-    ops = op_histogram(args.output)
-    max_error = None if checked is None else checked.max_abs_error
-    if args.json:
-        _print_json("export", EXIT_OK, None, path=args.output, ops=ops, max_abs_error=max_error, report=report.to_dict())
-    else:
-        print(f"{report}\nwrote {args.output}\nops: {ops}\nonnxruntime max abs error: {max_error}")
-    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -57,6 +57,10 @@ class UnsupportedOpsetError(FxpoolError, ValueError):
     """An ONNX opset the chosen exporter does not write; the message names the opsets it does."""
 
 
+class OutputFileError(FxpoolError, OSError):
+    """The output file cannot be written: a folder, a missing or read-only folder, a full disk."""
+
+
 class FxpoolWarning(UserWarning):
     """Base of every warning fxpool emits."""
 
@@ -65,8 +69,10 @@ class UnconvertedPoolWarning(FxpoolWarning):
     """A non-strict ``convert`` left an adaptive pool to PyTorch, or its self-check undid a replacement."""
 
 
-# The extra that brings each optional module, as ``pip install "fxpool[EXTRA]"`` names it.
+# The extra of fxpool that brings each optional module, and the packages that extra installs: the packages
+# are what the message names, since fxpool itself may not be on the user's package index.
 EXTRA_OF = {"onnx": "onnx", "onnxruntime": "onnx", "onnxscript": "onnx", "torchvision": "zoo"}
+EXTRA_PACKAGES = {"onnx": ("onnx", "onnxruntime", "onnxscript"), "zoo": ("torchvision", "onnx", "onnxruntime", "onnxscript")}
 
 
 def require(module: str, needed_by: str) -> None:
@@ -79,10 +85,12 @@ def require(module: str, needed_by: str) -> None:
     try:
         importlib.import_module(module)
     except ImportError as error:
-        extra = EXTRA_OF.get(module, module)
+        extra = EXTRA_OF.get(module)
+        packages = " ".join(EXTRA_PACKAGES.get(extra, (module,)) if extra else (module,))
+        where = f' (the packages of fxpool\'s "{extra}" extra; from a checkout: pip install ".[{extra}]")' if extra else ""
         raise MissingDependencyError(
             f"{needed_by} needs {module}, which failed to import ({type(error).__name__}: {error}). "
-            f'Install the extra: pip install "fxpool[{extra}]" (in a checkout of fxpool: pip install ".[{extra}]")'
+            f"Install it: pip install {packages}{where}"
         ) from error
 
 

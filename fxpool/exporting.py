@@ -2,8 +2,9 @@
 
 `export` converts the model, runs ``torch.onnx.export`` with the caller's keyword arguments
 passed through unchanged, then (``verify=True``) checks the file and runs it in onnxruntime on the
-example input against the original PyTorch model (`fxpool.verifying`). A failed check raises
-`ExportVerificationError` and renames the file to ``*.failed``.
+example input against the original PyTorch model (`fxpool.verifying`). The file is written
+atomically (`fxpool.writing`): a failed check raises `ExportVerificationError` and sets the graph aside
+in ``NAME.onnx.failed/``, leaving any earlier file at the path as it was.
 
 `onnx_export_hook` patches ``torch.onnx.export`` so that any call from the thread that
 entered it — in scripts the user cannot edit too — exports the converted model; other threads'
@@ -20,6 +21,7 @@ exporter writes opset 18 where it is asked for less. The exporters' log records 
 from __future__ import annotations
 
 import ast
+import errno
 import logging
 import os
 import re
@@ -33,6 +35,7 @@ from typing import Any, BinaryIO
 
 import torch
 from torch import nn
+from torch.export import ExportedProgram
 
 from .convert import convert, enforce_strict, warn_left
 from .copying import structural_copy
@@ -41,6 +44,7 @@ from .errors import (
     ExportVerificationError,
     FxpoolError,
     FxpoolWarning,
+    OutputFileError,
     SpatialSizeError,
     UnconvertedPoolWarning,
     UnsupportedOpsetError,
@@ -48,9 +52,11 @@ from .errors import (
 )
 from .example import Example, read_example
 from .globalstate import LOCK
+from .programs import program_example
 from .report import REPORT_ATTRIBUTE, ConversionReport, report_of
 from .symbolics import dynamo_translation_table, exporter_translations
 from .verifying import op_histogram, verify_onnx
+from .writing import WrittenFile, staged_output
 
 
 @dataclass(frozen=True)
@@ -65,10 +71,11 @@ class ExportResult:
     verified: str = ""  # what was run where, in words ("" unverified)
     # The ONNX node names each replacement became, by its report location (quantizers' nodes_to_exclude)
     pool_nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    files: tuple[WrittenFile, ...] = ()  # every file written, the graph last (its external data before it)
 
 
 def export(
-    model: nn.Module,
+    model: nn.Module | ExportedProgram,
     example_input: Any,
     f: str | os.PathLike[str] | BinaryIO,
     *,
@@ -89,10 +96,19 @@ def export(
     that free a spatial axis are refused then.
 
     ``example_input`` is ``torch.onnx.export``'s ``args`` and a ``kwargs=`` keyword its
-    ``kwargs``, read the same way (a dict ending ``args`` holds the keyword arguments). ``f`` is a
-    path or, as for ``torch.onnx.export``, a binary file object, written only once the graph verifies.
+    ``kwargs``, read the same way (a dict ending ``args`` holds the keyword arguments). A
+    ``torch.export`` program (``ExportedProgram``) is converted as a program and exported by the dynamo
+    exporter; its example input may be ``None`` (its own).
     `ExportResult.pool_nodes` names the ONNX nodes each replacement became (for a quantizer's list of
     nodes to keep in float, say).
+
+    ``f`` is a path or, as for ``torch.onnx.export``, a binary file object (written as one file, the
+    weights inside). A path is checked before any work (`OutputFileError` for a folder or a missing
+    folder), and written atomically: the exporter writes beside it under a temporary name, the graph is
+    verified there, and only then moved into place with its external data (``NAME.onnx.data``, the
+    dynamo exporter's default); `ExportResult.files` names every file written. A graph that fails its
+    check is set aside in the folder ``NAME.onnx.failed`` and the error says so; a file that was at
+    ``f`` before is left as it was, after a failure, a full disk or a killed process alike.
 
     Before any conversion work, the exporter's and the verification's packages are imported (a missing
     one raises `MissingDependencyError` with the ``pip install`` line) and ``opset_version`` is checked
@@ -100,6 +116,38 @@ def export(
     """
     require_export_dependencies(kwargs, verify, "fxpool.export")
     check_opset(kwargs)
+    if hasattr(f, "write"):  # a file object, as torch.onnx.export takes: one file, exported and verified, then copied
+        if kwargs.get("dynamo", True) is not False:
+            kwargs.setdefault("external_data", False)
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "model.onnx")
+            converted, reference, example = _converted(model, example_input, kwargs, verify, dynamic, strict)
+            try:
+                result = _export_file(converted, reference, example, path, verify, rtol, atol, kwargs)
+            except (ExportVerificationError, UnsupportedOpsetError) as error:
+                raise type(error)(f"{error} Nothing was written to the file object.") from error
+            with open(path, "rb") as written:
+                f.write(written.read())  # type: ignore[union-attr]
+        return replace(result, path=str(getattr(f, "name", "<file object>")))
+    # The staging folder is made first: an output that cannot be written is refused before any work.
+    with staged_output(f) as staging:  # type: ignore[arg-type]
+        converted, reference, example = _converted(model, example_input, kwargs, verify, dynamic, strict)
+        try:
+            result = _export_file(converted, reference, example, staging.path, verify, rtol, atol, kwargs)
+        except (ExportVerificationError, UnsupportedOpsetError) as error:
+            where = staging.set_aside()
+            kept = "left as it was" if staging.target.exists() else "not written"
+            raise type(error)(f"{error} The graph was set aside in {where}; {staging.target} was {kept}.") from error
+        files = staging.commit()
+    return replace(result, path=str(staging.target), files=files)
+
+
+def _converted(
+    model: nn.Module | ExportedProgram, example_input: Any, kwargs: dict[str, Any], verify: bool, dynamic: bool, strict: bool
+) -> tuple[nn.Module | ExportedProgram, nn.Module, Example]:
+    """The model converted for export, the reference it is verified against (the original, on a copy), the example."""
+    if isinstance(model, ExportedProgram):
+        return _convert_program_for_export(model, example_input, kwargs, dynamic, strict)
     example = read_example(example_input, kwargs.pop("kwargs", None))
     train = _exports_in_train_mode(model, kwargs)
     if train and verify:
@@ -110,21 +158,30 @@ def export(
     reference = structural_copy(model, clone_buffers=True).train(train)
     converted = _convert_for_export(reference, example, dynamic, strict)
     refuse_dynamic_spatial_axes_for(converted, kwargs)
-    if hasattr(f, "write"):  # a file object, as torch.onnx.export takes: export and verify a file, then copy it
-        with tempfile.TemporaryDirectory() as folder:
-            path = os.path.join(folder, "model.onnx")
-            try:
-                result = _export_file(converted, reference, example, path, verify, rtol, atol, kwargs)
-            except ExportVerificationError as error:
-                raise ExportVerificationError(f"{error} Nothing was written to the file object.") from error
-            with open(path, "rb") as written:
-                f.write(written.read())
-        return replace(result, path=str(getattr(f, "name", "<file object>")))
-    path = os.fspath(f)
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(f"fxpool.export: the folder {folder!r} for {path!r} does not exist; create it first")
-    return _export_file(converted, reference, example, path, verify, rtol, atol, kwargs)
+    return converted, reference, example
+
+
+def _convert_program_for_export(
+    program: ExportedProgram, example_input: Any, kwargs: dict[str, Any], dynamic: bool, strict: bool
+) -> tuple[ExportedProgram, nn.Module, Example]:
+    """A program converted as a program (its own dynamic dimensions kept), the original as the reference."""
+    if kwargs.get("dynamo", True) is False:
+        raise ValueError(
+            "a torch.export program exports through the dynamo exporter only (dynamo=True); the TorchScript exporter "
+            "takes an nn.Module"
+        )
+    for option in ("dynamic_shapes", "dynamic_axes", "training"):
+        if option in kwargs:
+            raise ValueError(f"{option}= does not apply to a torch.export program: it keeps what it was exported with")
+    example = program_example(program) if example_input is None else read_example(example_input, kwargs.pop("kwargs", None))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnconvertedPoolWarning)  # said below, as for modules
+        converted = convert(program, example.args, example_kwargs=dict(example.kwargs), dynamic=dynamic)
+    if strict:
+        enforce_strict(report_of(converted), for_export=True)
+    else:
+        warn_left(report_of(converted), for_export=True, stacklevel=4)
+    return converted, program.module(), example
 
 
 def _convert_for_export(model: nn.Module, example: Example, dynamic: bool, strict: bool) -> nn.Module:
@@ -140,7 +197,7 @@ def _convert_for_export(model: nn.Module, example: Example, dynamic: bool, stric
 
 
 def _export_file(
-    converted: nn.Module,
+    converted: nn.Module | ExportedProgram,
     reference: nn.Module,
     example: Example,
     path: str,
@@ -150,19 +207,30 @@ def _export_file(
     kwargs: dict[str, Any],
 ) -> ExportResult:
     kwargs.setdefault("verbose", False)  # the dynamo exporter prints its progress unless told not to
+    # Keyword arguments as a trailing dict: both exporters read it so, and it keeps a dict that is the
+    # last positional argument from being taken for them. A program has its own.
+    args = () if isinstance(converted, ExportedProgram) else example.args + (dict(example.kwargs),)
     try:
         with warnings.catch_warnings(), _exporter_logs_to_fxpool(_EXPORTER_LOGGERS):  # the exporters' notices on every call
             warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
             warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export", category=DeprecationWarning)
-            # Keyword arguments as a trailing dict: both exporters read it so, and it keeps a dict that
-            # is the last positional argument from being taken for them.
-            _export_with_translations(torch.onnx.export, converted, example.args + (dict(example.kwargs),), path, **kwargs)
+            _export_with_translations(torch.onnx.export, converted, args, path, **kwargs)
     except FxpoolError:
         raise
     except Exception as error:  # the exporters' errors have no common base class
+        written = _write_failure(error)
+        if written is not None:
+            raise OutputFileError(f"writing {os.path.basename(path)} failed: {written}; nothing was moved into place") from error
         raise ExportFailedError(export_failure(error, report_of(converted))) from error
+    try:
+        histogram = op_histogram(path)
+    except Exception as error:  # a writer that stopped without an error (a C++ stream on a full disk)
+        raise OutputFileError(
+            f"the exporter's file {os.path.basename(path)} does not read back ({exporter_reason(error)}); was the disk "
+            f"full? Nothing was moved into place"
+        ) from error
     check_written_opset(path, kwargs.get("opset_version"))
-    histogram, nodes = op_histogram(path), pool_nodes(path, converted)
+    nodes = pool_nodes(path, converted)
     if not verify:
         return ExportResult(path, report_of(converted), histogram, None, None, pool_nodes=nodes)
     verification = verify_onnx(path, reference, example, rtol=rtol, atol=atol)
@@ -171,7 +239,26 @@ def _export_file(
     )
 
 
-def pool_nodes(path: str, converted: nn.Module) -> dict[str, tuple[str, ...]]:
+def _write_failure(error: BaseException) -> str | None:
+    """What went wrong writing the file, where an exporter's error comes from the file system (a full disk, a file
+    size limit, a folder that turned read-only), in words; else None."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in _WRITE_ERRNOS:
+            return f"{seen.strerror or type(seen).__name__} (errno {errno.errorcode.get(seen.errno or 0, seen.errno)})"
+        seen = seen.__cause__ or seen.__context__  # type: ignore[assignment]
+    text = str(error)
+    for code in _WRITE_ERRNOS:
+        message = os.strerror(code)
+        if message in text:
+            return message
+    return None
+
+
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES)
+
+
+def pool_nodes(path: str, converted: nn.Module | ExportedProgram) -> dict[str, tuple[str, ...]]:
     """The nodes of the ONNX graph at ``path`` that each replacement of ``converted`` became, by location.
 
     Both exporters say where a node comes from: the dynamo exporter in its ``pkg.torch.onnx.name_scopes``
@@ -181,6 +268,8 @@ def pool_nodes(path: str, converted: nn.Module) -> dict[str, tuple[str, ...]]:
     """
     import onnx
 
+    if not isinstance(converted, nn.Module):  # a program's nodes carry no module path of a replacement
+        return {}
     modules = {name: module.location for name, module in converted.named_modules() if hasattr(module, "fxpool_native_reference")}
     found: dict[str, list[str]] = {}
     for node in onnx.load(path, load_external_data=False).graph.node:
@@ -288,7 +377,7 @@ def check_opset(kwargs: dict[str, Any]) -> None:
 
 
 def check_written_opset(path: str, requested: int | None) -> None:
-    """Raise `UnsupportedOpsetError` (the file moved to ``*.failed``) if the graph is not of the opset asked for."""
+    """Raise `UnsupportedOpsetError` if the graph at ``path`` is not of the opset asked for (the caller sets it aside)."""
     if requested is None:
         return
     import onnx
@@ -296,10 +385,8 @@ def check_written_opset(path: str, requested: int | None) -> None:
     model = onnx.load(path, load_external_data=False)
     written = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if written is not None and written != requested:
-        os.replace(path, path + ".failed")
         raise UnsupportedOpsetError(
-            f"opset_version={requested}: the exporter wrote opset {written} instead (the graph is in {path}.failed); "
-            f"ask for opset {written}, or another exporter"
+            f"opset_version={requested}: the exporter wrote opset {written} instead; ask for opset {written}, or another exporter"
         )
 
 

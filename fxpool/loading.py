@@ -1,14 +1,26 @@
-"""Building the model a MODEL spec names: ``torchvision:NAME``, ``package.module:callable``, ``file.py:callable``,
-a ``torch.export`` program saved as ``FILE.pt2``, or a whole model pickled as ``FILE.pt``.
+"""Building the model a MODEL spec names, as the command line and the model-zoo sweep read it.
 
-Used by the command line and by the model-zoo sweep; torchvision is imported only for its specs.
+The specs, and what each may execute:
 
-A ``.pt2`` file is read by ``torch.export.load`` (an ``ExportedProgram``: a graph of ATen operators and
-its tensors; loading it runs no code of the file's). A ``.pt`` file is read by
-``torch.load(weights_only=False)``, which unpickles it: **a pickle can run arbitrary code while it is
-loaded**, so give only files you trust as much as code you would run (the classes it names must be
-importable too). A ``.pt`` holding a ``state_dict`` is refused: weights alone need the model's code
-(``module:callable``).
+- ``torchvision:NAME``, ``timm:NAME``: the library's own builder (random weights unless asked for:
+  ``weights=`` for torchvision, ``pretrained=True`` for timm, which takes only weights already in the
+  local cache and says so where there are none);
+- ``hf:ID_OR_FOLDER``: a Hugging Face transformers model from a local folder or the local cache: its
+  config and, where present, its weights (random weights from the config otherwise, said); no
+  ``trust_remote_code``, nothing downloaded;
+- ``package.module:callable`` or ``path/to/file.py:callable``: the user's own code, run to build the model
+  (a module in the current folder is found as ``python -m fxpool`` finds it);
+- ``FILE.pt2``: a ``torch.export`` program. Every pickle inside the archive is first read with
+  PyTorch's weights-only unpickler (tensors and plain containers only), then the program is loaded
+  from those same bytes: **no code of the file's runs**. An archive with a pickle that needs more
+  is refused unless the caller trusts the file (``trust_file=True``, ``--trust-model-file``);
+- ``FILE.pt``: read with ``torch.load(weights_only=True)``. A whole pickled ``nn.Module`` needs the
+  full unpickler, which **can run arbitrary code from the file**: it is loaded only with
+  ``trust_file=True`` (``--trust-model-file``), and the refusal names that opt-in. A ``state_dict`` is
+  refused: weights alone need the model's code (``module:callable``).
+
+:func:`load_model` returns a :class:`LoadedModel`: the model in eval mode and, in words, where its
+weights came from.
 """
 
 from __future__ import annotations
@@ -16,6 +28,13 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import io
+import json
+import pickle
+import sys
+import zipfile
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,22 +42,38 @@ import torch
 from torch import nn
 from torch.export import ExportedProgram
 
+from .errors import require
+
+TRUST_FLAG = "--trust-model-file"
+MODEL_FILE_SUFFIXES = (".pt2", ".pt")
+SPEC_FORMS = "torchvision:NAME, timm:NAME, hf:ID_OR_FOLDER, module:callable, path/to/file.py:callable, FILE.pt2 or FILE.pt"
+
 
 class ModelSpecError(ValueError):
     """A MODEL argument that names no model."""
 
 
-def build_torchvision(name: str, **kwargs: Any) -> nn.Module:
-    """A torchvision model in eval mode, with no pretrained weights (nothing is downloaded)."""
+class UntrustedModelFileError(ModelSpecError):
+    """A model file whose loading would run code from the file, and the caller did not opt in."""
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """The model a spec names (eval mode), and where its weights came from, in words."""
+
+    model: nn.Module | ExportedProgram
+    weights: str
+
+
+def build_torchvision(name: str, weights: str | None = None, **kwargs: Any) -> nn.Module:
+    """A torchvision model in eval mode; random weights unless ``weights`` names some (``"DEFAULT"``, an enum
+    member's name), which torchvision downloads into its cache where they are not there yet."""
     import torchvision
 
-    kwargs["weights"] = None
+    kwargs["weights"] = weights
     if "weights_backbone" in inspect.signature(torchvision.models.get_model_builder(name)).parameters:
-        kwargs["weights_backbone"] = None
+        kwargs.setdefault("weights_backbone", None)
     return torchvision.models.get_model(name, **kwargs).eval()
-
-
-MODEL_FILE_SUFFIXES = (".pt2", ".pt")
 
 
 def is_model_file(spec: str) -> bool:
@@ -46,35 +81,126 @@ def is_model_file(spec: str) -> bool:
     return spec.endswith(MODEL_FILE_SUFFIXES)
 
 
-def load_model(spec: str) -> nn.Module | ExportedProgram:
-    """Build the model a MODEL spec names, in eval mode; a ``.pt2`` file gives its ``ExportedProgram``."""
-    if is_model_file(spec):
-        return load_model_file(spec)
-    source, sep, name = spec.rpartition(":")
-    if not sep or not source or not name:
-        raise ModelSpecError(f"model spec {spec!r}: expected torchvision:NAME, module:callable or file.py:callable")
-    if source == "torchvision":
-        import torchvision
+def load_model(spec: str, *, weights: str | None = None, pretrained: bool = False, trust_file: bool = False) -> LoadedModel:
+    """Build the model a MODEL spec names, in eval mode; a ``.pt2`` file gives its ``ExportedProgram``.
 
-        if name not in torchvision.models.list_models():
-            raise ModelSpecError(f"torchvision has no model {name!r}; see torchvision.models.list_models()")
-        return build_torchvision(name)
+    ``weights`` is torchvision's ``weights=`` (``"DEFAULT"``); ``pretrained`` asks timm and Hugging Face
+    specs for weights from the local cache; ``trust_file`` lets a model file run code while it loads.
+    """
+    if is_model_file(spec):
+        _refuse_weights_for(spec, weights, pretrained, "a model file carries its own weights")
+        return LoadedModel(load_model_file(spec, trust_file=trust_file), "the file's")
+    source, sep, name = spec.partition(":") if spec.startswith(("hf:", "timm:", "torchvision:")) else spec.rpartition(":")
+    if not sep or not source or not name:
+        raise ModelSpecError(f"model spec {spec!r}: expected one of {SPEC_FORMS}")
+    if source == "torchvision":
+        _refuse_weights_for(spec, None, pretrained, "torchvision takes --weights DEFAULT (or a weights enum's name)")
+        return _torchvision(spec, name, weights)
+    if source == "timm":
+        _refuse_weights_for(spec, weights, False, "timm takes --pretrained")
+        return _timm(spec, name, pretrained)
+    if source == "hf":
+        _refuse_weights_for(spec, weights, False, "Hugging Face models take --pretrained")
+        return _hugging_face(spec, name, pretrained)
+    _refuse_weights_for(spec, weights, pretrained, "the callable builds the model with the weights it chooses")
+    return LoadedModel(_from_code(spec, source, name), "as the callable built them")
+
+
+def _refuse_weights_for(spec: str, weights: str | None, pretrained: bool, why: str) -> None:
+    if weights is not None:
+        raise ModelSpecError(f"model spec {spec!r}: --weights applies to torchvision:NAME only ({why})")
+    if pretrained:
+        raise ModelSpecError(f"model spec {spec!r}: --pretrained applies to timm:NAME and hf:ID only ({why})")
+
+
+def _torchvision(spec: str, name: str, weights: str | None) -> LoadedModel:
+    require("torchvision", f"model spec {spec!r}")
+    import torchvision
+
+    if name not in torchvision.models.list_models():
+        raise ModelSpecError(f"torchvision has no model {name!r}; see torchvision.models.list_models()")
+    try:
+        model = build_torchvision(name, weights)
+    except (ValueError, KeyError) as error:
+        raise ModelSpecError(f"model spec {spec!r} --weights {weights}: {error}") from error
+    return LoadedModel(model, f"torchvision's {weights} weights" if weights else "random (torchvision, weights=None)")
+
+
+def _timm(spec: str, name: str, pretrained: bool) -> LoadedModel:
+    require("timm", f"model spec {spec!r}")
+    import timm
+
+    if not timm.is_model(name):
+        raise ModelSpecError(f"timm has no model {name!r}; see timm.list_models()")
+    cached = _cached_timm_weights(name) if pretrained else None
+    if cached is None:
+        model = timm.create_model(name, pretrained=False)
+        said = "random (timm, pretrained=False)"
+        if pretrained:
+            said = "random: no pretrained weights of this model are in the local Hugging Face cache (nothing is downloaded)"
+        return LoadedModel(model.eval(), said)
+    model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": cached})
+    return LoadedModel(model.eval(), f"pretrained, from the local cache ({Path(cached).name})")
+
+
+def _cached_timm_weights(name: str) -> str | None:
+    """The path of ``name``'s pretrained weights in the local Hugging Face cache, or None."""
+    import timm
+
+    try:
+        config = timm.models.get_pretrained_cfg(name)
+        from huggingface_hub import try_to_load_from_cache
+    except (ImportError, RuntimeError):
+        return None
+    hub_id = getattr(config, "hf_hub_id", None) if config is not None else None
+    if not hub_id:
+        return None
+    repo, _, revision = hub_id.partition("@")
+    for filename in ("model.safetensors", "pytorch_model.bin", "open_clip_pytorch_model.bin"):
+        found = try_to_load_from_cache(repo, filename, revision=revision or None)
+        if isinstance(found, str):
+            return found
+    return None
+
+
+def _hugging_face(spec: str, name: str, pretrained: bool) -> LoadedModel:
+    require("transformers", f"model spec {spec!r}")
+    import transformers
+
+    try:
+        config = transformers.AutoConfig.from_pretrained(name, local_files_only=True, trust_remote_code=False)
+    except Exception as error:  # transformers raises OSError, ValueError, KeyError for a missing or foreign config
+        raise ModelSpecError(
+            f"model spec {spec!r}: no Hugging Face config for {name!r} in that folder or the local cache "
+            f"({type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}); give a folder "
+            f"holding config.json, or an id downloaded before (nothing is downloaded here)"
+        ) from error
+    architecture = (getattr(config, "architectures", None) or [None])[0]
+    model_class = getattr(transformers, architecture, None) if architecture else None
+    if model_class is None:
+        model_class = transformers.AutoModel._model_mapping.get(type(config))  # type: ignore[attr-defined]
+    if model_class is None:
+        raise ModelSpecError(f"model spec {spec!r}: transformers has no model class for {type(config).__name__}")
+    if pretrained:
+        try:
+            model = model_class.from_pretrained(name, local_files_only=True)
+        except OSError:
+            model = None
+        if model is not None:
+            return LoadedModel(model.eval(), f"pretrained, {model_class.__name__}.from_pretrained (local files)")
+    model = model_class._from_config(config)
+    said = f"random ({model_class.__name__} built from its config)"
+    if pretrained:
+        said = f"random: no weights for {name!r} in that folder or the local cache ({model_class.__name__} from its config)"
+    return LoadedModel(model.eval(), said)
+
+
+def _from_code(spec: str, source: str, name: str) -> nn.Module:
+    """``file.py:callable`` or ``module:callable``: the user's code, imported and called with no arguments."""
     if source.endswith(".py"):
-        path = Path(source)
-        if not path.is_file():
-            raise ModelSpecError(f"model spec {spec!r}: no file {source}")
-        module_spec = importlib.util.spec_from_file_location(path.stem, path)
-        assert module_spec is not None and module_spec.loader is not None
-        module = importlib.util.module_from_spec(module_spec)
-        try:
-            module_spec.loader.exec_module(module)
-        except Exception as error:  # the user's file: whatever it raises is theirs to fix
-            raise ModelSpecError(f"model spec {spec!r}: {source} raised {type(error).__name__} on import: {error}") from error
+        module = _import_file(spec, Path(source))
     else:
-        try:
-            module = importlib.import_module(source)
-        except Exception as error:
-            raise ModelSpecError(f"model spec {spec!r}: cannot import {source}: {type(error).__name__}: {error}") from error
+        module = _import_module(spec, source)
     factory = getattr(module, name, None)
     if not callable(factory):
         raise ModelSpecError(f"model spec {spec!r}: {source} has no callable {name!r}")
@@ -90,32 +216,154 @@ def load_model(spec: str) -> nn.Module | ExportedProgram:
     return model.eval()
 
 
-def load_model_file(spec: str) -> nn.Module | ExportedProgram:
-    """``FILE.pt2`` by ``torch.export.load``; ``FILE.pt`` by ``torch.load(weights_only=False)``, which trusts the file
-    as code (unpickling can run anything) and must hold a whole ``nn.Module``."""
+def _import_file(spec: str, path: Path) -> Any:
+    if not path.is_file():
+        raise ModelSpecError(f"model spec {spec!r}: no file {path}")
+    module_spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert module_spec is not None and module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        with _on_path(path.parent):  # the file's own imports of its neighbours
+            module_spec.loader.exec_module(module)
+    except Exception as error:  # the user's file: whatever it raises is theirs to fix
+        raise ModelSpecError(f"model spec {spec!r}: {path} raised {type(error).__name__} on import: {error}") from error
+    return module
+
+
+def _import_module(spec: str, source: str) -> Any:
+    """``source`` imported as ``python -m fxpool`` would: the current folder on the path as well."""
+    try:
+        with _on_path(Path.cwd()):
+            return importlib.import_module(source)
+    except Exception as error:
+        hint = ""
+        candidate = Path(*source.split(".")).with_suffix(".py")
+        if isinstance(error, ModuleNotFoundError) and error.name == source.split(".")[0]:
+            hint = f"; for a file, name it by its path: {candidate}:{spec.rpartition(':')[2]}" if not candidate.is_file() else ""
+        raise ModelSpecError(f"model spec {spec!r}: cannot import {source}: {type(error).__name__}: {error}{hint}") from error
+
+
+@contextmanager
+def _on_path(folder: Path) -> Any:
+    entry = str(folder.resolve())
+    added = entry not in sys.path
+    if added:
+        sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        if added and entry in sys.path:
+            sys.path.remove(entry)
+
+
+def load_model_file(spec: str, *, trust_file: bool = False) -> nn.Module | ExportedProgram:
+    """``FILE.pt2`` by ``torch.export.load`` once its pickles pass the weights-only check (or ``trust_file``);
+    ``FILE.pt`` by ``torch.load(weights_only=True)``, or ``weights_only=False`` with ``trust_file``."""
     path = Path(spec)
     if not path.is_file():
         raise ModelSpecError(f"model spec {spec!r}: no file {spec}")
+    data = path.read_bytes()  # checked and loaded from the same bytes: the file cannot change in between
     if spec.endswith(".pt2"):
-        try:
-            return torch.export.load(path)
-        except Exception as error:
-            raise ModelSpecError(
-                f"model spec {spec!r}: torch.export.load cannot read it ({type(error).__name__}: {error}); a .pt2 file "
-                f"must be written by torch.export.save"
-            ) from error
+        return _load_program(spec, data, trust_file)
+    return _load_pickled_model(spec, data, trust_file)
+
+
+def _load_program(spec: str, data: bytes, trust_file: bool) -> ExportedProgram:
+    if not trust_file:
+        unsafe = unsafe_archive_members(data)
+        if unsafe:
+            raise UntrustedModelFileError(
+                f"model spec {spec!r}: the archive holds pickles that PyTorch's weights-only unpickler refuses "
+                f"({'; '.join(unsafe[:3])}{' ...' if len(unsafe) > 3 else ''}): loading it would run code from the file. "
+                f"Nothing was loaded. If you trust this file as you trust code you run, pass {TRUST_FLAG} "
+                f"(load_model(..., trust_file=True))"
+            )
     try:
-        model = torch.load(path, weights_only=False, map_location="cpu")
+        return torch.export.load(io.BytesIO(data))
     except Exception as error:
         raise ModelSpecError(
-            f"model spec {spec!r}: torch.load(weights_only=False) cannot read it ({type(error).__name__}: {error}); a "
-            f".pt file must hold a whole model saved by torch.save(model, path), its classes importable here"
+            f"model spec {spec!r}: torch.export.load cannot read it ({type(error).__name__}: {error}); a .pt2 file "
+            f"must be written by torch.export.save"
         ) from error
-    if isinstance(model, ExportedProgram):
-        return model
-    if not isinstance(model, nn.Module):
+
+
+def _load_pickled_model(spec: str, data: bytes, trust_file: bool) -> nn.Module | ExportedProgram:
+    try:
+        loaded = torch.load(io.BytesIO(data), weights_only=not trust_file, map_location="cpu")
+    except pickle.UnpicklingError as error:
+        if trust_file:
+            raise ModelSpecError(f"model spec {spec!r}: torch.load cannot read it ({type(error).__name__}: {error})") from error
+        raise UntrustedModelFileError(
+            f"model spec {spec!r}: the file is a pickle that torch.load(weights_only=True) refuses (a whole pickled model, "
+            f"or other objects: {str(error).strip().splitlines()[0][:200]}); unpickling it would run code from the file. "
+            f"Nothing was loaded. If you trust this file as you trust code you run, pass {TRUST_FLAG} "
+            f"(load_model(..., trust_file=True)); or save the model with torch.export.save and give the .pt2"
+        ) from error
+    except Exception as error:
         raise ModelSpecError(
-            f"model spec {spec!r}: the file holds a {type(model).__name__}, not an nn.Module (a state_dict needs the "
+            f"model spec {spec!r}: torch.load cannot read it ({type(error).__name__}: {error}); a .pt file must hold a "
+            f"whole model saved by torch.save(model, path), its classes importable here"
+        ) from error
+    if isinstance(loaded, ExportedProgram):
+        return loaded
+    if not isinstance(loaded, nn.Module):
+        raise ModelSpecError(
+            f"model spec {spec!r}: the file holds a {type(loaded).__name__}, not an nn.Module (a state_dict needs the "
             f"model's code: give module:callable or file.py:callable that builds it, then load the weights there)"
         )
-    return model.eval()
+    return loaded.eval()
+
+
+# Members of a torch.export archive that hold text or raw tensor bytes, never a pickle.
+_TEXT_SUFFIXES = (".json", "archive_format", "archive_version", "byteorder", "version", "serialization_id", ".txt")
+_PICKLE_START = b"\x80"  # the PROTO opcode every pickle of protocol 2 and up begins with
+_ZIP_START = b"PK\x03\x04"  # torch.save's own format: a zip holding data.pkl
+
+
+def unsafe_archive_members(data: bytes) -> list[str]:
+    """The members of a ``.pt2`` archive (its bytes) whose pickles the weights-only unpickler refuses, each with why.
+
+    Raw tensor files (listed with ``use_pickle: false`` in the archive's weights and constants configs)
+    and text are skipped; everything else that is a pickle or a ``torch.save`` zip must load with
+    ``torch.load(weights_only=True)``. Members PyTorch unpickles with a loader of its own (TorchScript
+    and opaque objects among the constants) are refused outright: they can construct arbitrary objects.
+    """
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except zipfile.BadZipFile:
+        return []  # not an archive: torch.export.load says so
+    raw = _raw_tensor_members(archive)
+    unsafe = []
+    for member in archive.namelist():
+        base = member.rsplit("/", 1)[-1]
+        if member.endswith("/") or member in raw or base.endswith(_TEXT_SUFFIXES):
+            continue
+        if base.startswith(("custom_obj_", "opaque_obj_")):
+            unsafe.append(f"{member}: a pickled object PyTorch loads with its full unpickler")
+            continue
+        content = archive.read(member)
+        if not content.startswith((_PICKLE_START, _ZIP_START)):
+            continue
+        try:
+            torch.load(io.BytesIO(content), weights_only=True, map_location="cpu")
+        except Exception as error:
+            first = (str(error).strip().splitlines() or [""])[0]
+            unsafe.append(f"{member}: {type(error).__name__}: {first[:160]}")
+    return unsafe
+
+
+def _raw_tensor_members(archive: zipfile.ZipFile) -> set[str]:
+    """The archive members its weights and constants configs list as raw tensor bytes (``use_pickle: false``)."""
+    raw: set[str] = set()
+    for member in archive.namelist():
+        if not member.endswith(("model_weights_config.json", "model_constants_config.json")):
+            continue
+        folder = member.rsplit("/", 1)[0]
+        try:
+            config = json.loads(archive.read(member)).get("config", {})
+        except (ValueError, AttributeError):
+            continue
+        for entry in config.values():
+            if isinstance(entry, dict) and entry.get("use_pickle") is False and isinstance(entry.get("path_name"), str):
+                raw.add(f"{folder}/{entry['path_name']}")
+    return raw

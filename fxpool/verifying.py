@@ -6,8 +6,9 @@ Where the graph holds bfloat16 or float16 tensors and the CPU provider has no ke
 ops (no bfloat16 ``Conv``, say), the graph as exported cannot run there; `float32_copy` then
 makes the same graph in float32 (initializers, constants, casts and value types widened; low-precision
 values are exact in float32), which is run against a float32 copy of the model: the graph's structure
-and weights are verified, and `Verification` says so in words. A graph that fails is moved to
-``*.failed`` and `ExportVerificationError` says why.
+and weights are verified, and `Verification` says so in words. A graph that fails raises
+`ExportVerificationError` saying why; the file is left where it is, for the caller (`fxpool.writing`)
+to set aside.
 
 onnx and onnxruntime are imported only when needed (the ``fxpool[onnx]`` extra); a missing one raises
 `MissingDependencyError` with the ``pip install`` line.
@@ -121,15 +122,13 @@ def verify_onnx(path: str, model: nn.Module, example_input: Any, *, rtol: float 
     try:
         onnx.checker.check_model(path)
     except Exception as error:
-        raise ExportVerificationError(_set_aside_failed_graph(path, f"the exported graph is not valid ONNX: {error}")) from error
+        raise ExportVerificationError(f"the exported graph is not valid ONNX: {error}") from error
     try:
         outputs = run_onnxruntime(path, example, forward=model.forward)
     except Exception as error:
         low = _low_precision_types(path)
         if not low:
-            raise ExportVerificationError(
-                _set_aside_failed_graph(path, f"the exported graph does not load or run: {error}")
-            ) from error
+            raise ExportVerificationError(f"the exported graph does not load or run: {error}") from error
         why = f"onnxruntime's CPU provider cannot run the {' and '.join(low)} graph ({_first_line(error)})"
         return _verify_float32_copy(path, model, example, rtol, atol, why)
     expected = _expected(model, example)
@@ -149,9 +148,7 @@ def _verify_float32_copy(path: str, model: nn.Module, example: Example, rtol: fl
         try:
             outputs = run_onnxruntime(copy_path, example32, forward=model32.forward)
         except Exception as error:
-            raise ExportVerificationError(
-                _set_aside_failed_graph(path, f"{why}, and its float32 copy does not run either: {_first_line(error)}")
-            ) from error
+            raise ExportVerificationError(f"{why}, and its float32 copy does not run either: {_first_line(error)}") from error
     abs_error, rel_error = _compare(path, outputs, _expected(model32, example32), rtol, atol)
     return Verification(abs_error, rel_error, f"a float32 copy of the graph against a float32 copy of the model: {why}")
 
@@ -224,17 +221,13 @@ def _expected(model: nn.Module, example: Example) -> list[torch.Tensor]:
 
 def _compare(path: str, outputs: list[Any], expected: list[torch.Tensor], rtol: float, atol: float) -> tuple[float, float]:
     if len(expected) != len(outputs):
-        raise ExportVerificationError(
-            _set_aside_failed_graph(path, f"onnxruntime gave {len(outputs)} outputs, PyTorch {len(expected)}")
-        )
+        raise ExportVerificationError(f"onnxruntime gave {len(outputs)} outputs, PyTorch {len(expected)}")
     worst_abs = worst_rel = 0.0
     for index, (ours, theirs) in enumerate(zip(outputs, expected)):
         got = torch.from_numpy(ours).to(theirs.dtype)
         if got.shape != theirs.shape:
             raise ExportVerificationError(
-                _set_aside_failed_graph(
-                    path, f"output {index}: shape {tuple(got.shape)} from onnxruntime, {tuple(theirs.shape)} from PyTorch"
-                )
+                f"output {index}: shape {tuple(got.shape)} from onnxruntime, {tuple(theirs.shape)} from PyTorch"
             )
         if not theirs.numel():
             continue
@@ -247,11 +240,8 @@ def _compare(path: str, outputs: list[Any], expected: list[torch.Tensor], rtol: 
         scale = max(1.0, theirs.double().abs().max().item())
         if not torch.allclose(got.double(), theirs.double(), rtol=rtol, atol=atol * scale):
             raise ExportVerificationError(
-                _set_aside_failed_graph(
-                    path,
-                    f"output {index}: onnxruntime differs from PyTorch by up to {diff.max().item():.3g} "
-                    f"(rtol={rtol}, atol={atol} x output scale {scale:.3g})",
-                )
+                f"output {index}: onnxruntime differs from PyTorch by up to {diff.max().item():.3g} "
+                f"(rtol={rtol}, atol={atol} x output scale {scale:.3g})"
             )
     return worst_abs, worst_rel
 
@@ -259,11 +249,3 @@ def _compare(path: str, outputs: list[Any], expected: list[torch.Tensor], rtol: 
 def _first_line(error: BaseException) -> str:
     lines = str(error).strip().splitlines()
     return lines[0] if lines else type(error).__name__
-
-
-def _set_aside_failed_graph(path: str, why: str) -> str:
-    """Move a graph that failed verification to ``path.failed`` and say so in the error text ``why``."""
-    if os.path.exists(path):
-        os.replace(path, path + ".failed")
-        return f"{why}. The graph was moved to {path}.failed so it is not mistaken for a good one."
-    return why
