@@ -255,3 +255,52 @@ def test_a_pt2_export_checks_the_opset_and_the_extra_as_fxpool_export_does(tmp_p
     monkeypatch.setitem(sys.modules, "onnxscript", None)
     assert cli.main(["export", str(path), "-o", str(tmp_path / "m.onnx")]) == 2
     assert "pip install onnx onnxruntime onnxscript" in capsys.readouterr().err
+
+
+def test_a_pickled_model_file_runs_no_code_and_the_refusal_names_the_opt_in(tmp_path) -> None:
+    from test_loading import evil_pt
+
+    path, marker = evil_pt(tmp_path)
+    for extra in ((), ("--strict", "--json")):
+        run = run_cli("explain", str(path), "--input-shape", "1,3,13,11", *extra)
+        assert run.returncode == 2 and "--trust-model-file" in run.stderr, run.stderr
+        assert not marker.exists()
+    assert json.loads(run.stdout)["error"]["type"] == "UntrustedModelFileError"
+    assert "--trust-model-file" in run_cli("export", "--help").stdout
+
+
+@pytest.mark.parametrize("where", ["folder", "missing folder"])
+def test_an_output_that_cannot_be_written_is_exit_2_before_the_model_is_built(where: str, tmp_path) -> None:
+    output = tmp_path if where == "folder" else tmp_path / "no" / "m.onnx"
+    # a model spec that would fail to build: the output is refused first
+    run = run_cli("export", "no_such_module_here:build", "--input-shape", "1,3,8,8", "-o", str(output))
+    assert run.returncode == 2 and "OutputFileError" in run.stderr and str(output) in run.stderr, run.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_export_names_every_file_it_wrote_with_its_size(tmp_path) -> None:
+    out = tmp_path / "m.onnx"
+    run = run_cli("export", "torchvision:alexnet", "--input-shape", "1,3,96,96", "-o", str(out), "--json")
+    assert run.returncode == 0, run.stderr
+    files = json.loads(run.stdout)["files"]
+    assert [Path(f["path"]).name for f in files] == ["m.onnx.data", "m.onnx"]
+    assert all(f["size"] == Path(f["path"]).stat().st_size for f in files)
+    run = run_cli("export", "torchvision:alexnet", "--input-shape", "1,3,96,96", "-o", str(tmp_path / "one.onnx"), "--single-file")
+    assert run.returncode == 0, run.stderr
+    assert f"wrote {tmp_path / 'one.onnx'} (" in run.stdout and "one.onnx.data" not in run.stdout
+    assert "model: torchvision:alexnet (weights: random" in run.stdout
+
+
+def test_the_console_script_finds_a_module_of_the_current_folder(tmp_path) -> None:
+    script = Path(sys.executable).with_name("fxpool")
+    if not script.is_file():
+        pytest.skip("no fxpool console script beside this Python")
+    (tmp_path / "mymodels.py").write_text("import torch\ndef build():\n    return torch.nn.AdaptiveAvgPool2d(3)\n")
+    run = subprocess.run(
+        [str(script), "explain", "mymodels:build", "--input-shape", "1,2,7,7"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert run.returncode == 0 and "AdaptiveAvgPool2d" in run.stdout, run.stderr
+    run = subprocess.run(
+        [str(script), "explain", "othermodels:build", "--input-shape", "1,2,7,7"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert run.returncode == 2 and "othermodels.py:build" in run.stderr, run.stderr
