@@ -21,8 +21,9 @@ pool call is one of the operators of :data:`ATEN_FORMS`: ``aten.adaptive_avg_poo
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -85,7 +86,30 @@ def _function_forms() -> dict[Callable[..., Any], _FunctionForm]:
     return table
 
 
-FUNCTION_FORMS: dict[Callable[..., Any], _FunctionForm] = _function_forms()
+def _aten_function_forms() -> dict[Any, _FunctionForm]:
+    """The ATen operators called from Python (``torch.ops.aten.adaptive_avg_pool2d.default(x, [5, 3])``, as
+    Torch-TensorRT's tests write them), by their overload and their packet: a torch function mode sees both."""
+    aten = torch.ops.aten
+    table: dict[Any, _FunctionForm] = {}
+    for name, family, dims in _ATEN_POOLS:
+        spelled = f"torch.ops.aten.{name}"
+        form = _FunctionForm(family, dims, spelled, always_indices=family == "max")  # type: ignore[arg-type]
+        table[getattr(aten, name)] = form
+        table[getattr(aten, name).default] = replace(form, op=f"{spelled}.default")
+    return table
+
+
+_ATEN_POOLS = (
+    ("adaptive_avg_pool1d", "avg", 1),
+    ("adaptive_avg_pool2d", "avg", 2),
+    ("adaptive_avg_pool3d", "avg", 3),
+    ("_adaptive_avg_pool2d", "avg", 2),
+    ("_adaptive_avg_pool3d", "avg", 3),
+    ("adaptive_max_pool1d", "max", 1),
+    ("adaptive_max_pool2d", "max", 2),
+    ("adaptive_max_pool3d", "max", 3),
+)
+FUNCTION_FORMS: dict[Callable[..., Any], _FunctionForm] = {**_function_forms(), **_aten_function_forms()}
 
 MODULE_FORMS: tuple[tuple[type[nn.Module], PoolFamily, int], ...] = (
     (nn.AdaptiveAvgPool1d, "avg", 1),
@@ -103,16 +127,7 @@ POOL_CLASS_NAMES = frozenset(cls.__name__ for cls, _, _ in MODULE_FORMS)
 def _aten_forms() -> dict[Any, _FunctionForm]:
     aten = torch.ops.aten
     table: dict[Any, _FunctionForm] = {}
-    for name, family, dims in (
-        ("adaptive_avg_pool1d", "avg", 1),
-        ("adaptive_avg_pool2d", "avg", 2),
-        ("adaptive_avg_pool3d", "avg", 3),
-        ("_adaptive_avg_pool2d", "avg", 2),
-        ("_adaptive_avg_pool3d", "avg", 3),
-        ("adaptive_max_pool1d", "max", 1),
-        ("adaptive_max_pool2d", "max", 2),
-        ("adaptive_max_pool3d", "max", 3),
-    ):
+    for name, family, dims in _ATEN_POOLS:
         overload = getattr(aten, name).default
         table[overload] = _FunctionForm(family, dims, f"aten.{name}.default", always_indices=family == "max")  # type: ignore[arg-type]
     return table
@@ -284,7 +299,27 @@ def _bind(form: _FunctionForm, args: Sequence[Any], kwargs: dict[str, Any]) -> d
         values.setdefault("mode", "nearest")
     if "input" not in values and "self" in values:
         values["input"] = values["self"]
+    for name in ("output_size", "size"):
+        if name in values:
+            values[name] = _traced_ints(values[name])
     return values
+
+
+def _traced_ints(size: Any) -> Any:
+    """``size`` with 0-d integer tensors as Python ints: ``torch.jit.trace`` hands out ``x.size()`` entries as
+    such tensors, so a size a forward reads off its input (``(h, w) = x.size()[2:]``) arrives as them under
+    the TorchScript exporter; the trace is specialised to the example's sizes anyway."""
+
+    def concrete(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_floating_point() and value.dtype != torch.bool:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", torch.jit.TracerWarning)
+                return int(value)
+        return value
+
+    if isinstance(size, (tuple, list)):
+        return type(size)(concrete(v) for v in size) if isinstance(size, list) else tuple(concrete(v) for v in size)
+    return concrete(size)
 
 
 def _is_constant_size(size: Any) -> bool:

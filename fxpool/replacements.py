@@ -371,6 +371,7 @@ class ExactAdaptivePool(nn.Module):
             and x.dim() - self.plan.spatial_dims in (1, 2)
             and plain_eager()  # before reading sizes: under torch.jit.trace they are tensors
             and _fits(x.shape[-self.plan.spatial_dims :], self._fixed_sizes)
+            and not torch.is_autocast_enabled(x.device.type)
         ):
             return self._run_fast(x, fast)
         x = check_input(x, self.expected_sizes, self.location)
@@ -379,16 +380,34 @@ class ExactAdaptivePool(nn.Module):
             # than the plain-op form (compiled, 2-8x on the CPU; the issue's H200 run: 1.4-1.6x).
             return self._native(x)
         eager = isinstance(x, torch.Tensor) and not _exporting()  # not a Proxy, nothing traces
-        if eager and self.runs_native_in_eager:
+        # Under autocast the native pool's own policy decides the output dtype (CPU runs 3d pools in
+        # float32, say): in eager, PyTorch's kernel is the exact answer.
+        if eager and (self.runs_native_in_eager or torch.is_autocast_enabled(x.device.type)):
             return self._native(x)
-        if not eager and torch.jit.is_tracing() and any(e is not None for e in self.expected_sizes):
+        if eager:
+            return self._run(x)
+        return self._traced(x)
+
+    def _traced(self, x: torch.Tensor) -> torch.Tensor:
+        """What a tracer records: the size guard, then the plan's steps (ONNX export's own where it has them)."""
+        if torch.jit.is_tracing() and any(e is not None for e in self.expected_sizes):
             if torch.onnx.is_in_onnx_export():
+                refuse_empty_torchscript_export(x, self.location)
                 x = onnx_size_guard(x, self.expected_sizes)
             else:
                 x = traced_size_check(x, self.expected_sizes, self.location)
-        if not eager and self.plan.onnx_steps and torch.onnx.is_in_onnx_export():
+        elif torch.jit.is_tracing() and torch.onnx.is_in_onnx_export():
+            refuse_empty_torchscript_export(x, self.location)
+        if isinstance(x, torch.Tensor) and x.dim() == self.plan.spatial_dims + 1:
+            # Unbatched: the steps run on a batch of one. ONNX pools and the TorchScript exporter's
+            # symbolics read the first two axes as batch and channels.
+            return self._traced_steps(x.unsqueeze(0)).squeeze(0)
+        return self._traced_steps(x)
+
+    def _traced_steps(self, x: torch.Tensor) -> torch.Tensor:
+        if self.plan.onnx_steps and torch.onnx.is_in_onnx_export():
             return self._run_onnx_steps(x)
-        return self._run(x, eager)
+        return self._run(x)
 
     def _native(self, x: torch.Tensor) -> torch.Tensor:
         """PyTorch's own adaptive pool this module stands for."""
@@ -416,9 +435,12 @@ class ExactAdaptivePool(nn.Module):
         The self-check runs it beside ``forward`` where the two differ, so the form that is exported
         is proven on the example too.
         """
-        return self._run(check_input(x, self.expected_sizes, self.location), eager=False)
+        x = check_input(x, self.expected_sizes, self.location)
+        if x.dim() == self.plan.spatial_dims + 1:
+            return self._run(x.unsqueeze(0)).squeeze(0)
+        return self._run(x)
 
-    def _run(self, x: torch.Tensor, eager: bool) -> torch.Tensor:
+    def _run(self, x: torch.Tensor) -> torch.Tensor:
         source = x
         if not self.plan.steps:
             return x
@@ -457,7 +479,9 @@ class ExactAdaptivePool(nn.Module):
     def onnx_form(self, x: torch.Tensor) -> torch.Tensor:
         """What ONNX export sees (the plan's ``onnx_steps`` where it has them), run in eager."""
         x = check_input(x, self.expected_sizes, self.location)
-        return self._run_onnx_steps(x) if self.plan.onnx_steps else self._run(x, eager=False)
+        if x.dim() == self.plan.spatial_dims + 1:
+            return self.onnx_form(x.unsqueeze(0)).squeeze(0)
+        return self._run_onnx_steps(x) if self.plan.onnx_steps else self._run(x)
 
     def _run_onnx_steps(self, x: torch.Tensor) -> torch.Tensor:
         """The plan's ``onnx_steps``: window maxima or window sums by gathers, or block sums or maxima by a
@@ -581,6 +605,19 @@ def _check_sizes_scripted(x: torch.Tensor, expected: list[int], location: str) -
     return x
 
 
+def refuse_empty_torchscript_export(x: torch.Tensor, location: str) -> None:
+    """Raise `PoolCallError` for an empty input under the TorchScript ONNX exporter, whose Reshape symbolic
+    divides by the element count and kills the process (the stock export of a native pool refuses it too)."""
+    shape = tuple(_static_size(s) for s in x.shape)
+    if 0 in shape:
+        raise PoolCallError(
+            f"{_named(location)}: the TorchScript ONNX exporter cannot take an input of shape {shape} (an empty "
+            f"axis: its Reshape shape inference divides by zero and crashes the process). Export with a batch of 1 "
+            f"and a dynamic batch axis (dynamic_axes={{'input': {{0: 'batch'}}}}): the graph runs empty batches too; "
+            f"or use the dynamo exporter (dynamo=True), which takes it."
+        )
+
+
 def onnx_size_guard(x: torch.Tensor, expected: tuple[int | None, ...]) -> torch.Tensor:
     """``x`` reshaped to its own shape with the guarded spatial axes as constants: in an ONNX graph whose
     spatial axes were made dynamic (``dynamic_axes``), a Reshape that fails, naming both shapes, at an
@@ -622,6 +659,8 @@ def avg_pool3d_as_2d(x: torch.Tensor, kernel: tuple[int, ...], stride: tuple[int
     H and W): ExecuTorch's runtime has no avg_pool3d kernel (a program holding one fails to load), so
     under torch.export fxpool emits this; ONNX has a 3d AveragePool and keeps it."""
     *lead, depth, height, width = x.shape
+    if any(is_concrete_int(size) and size == 0 for size in lead):  # nothing to pool: a 2d pool refuses 0 channels
+        return F.avg_pool3d(x, kernel, stride)
     # 4d tensors throughout: runtimes lay a 2d pool's input out as NCHW (XNNPACK, LiteRT's NHWC transpose)
     planes = F.avg_pool2d(x.reshape(1, -1, height, width), kernel[1:], stride[1:])  # H and W, every (lead, D) plane
     out_h, out_w = planes.shape[-2:]
