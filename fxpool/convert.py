@@ -39,6 +39,7 @@ from .example import Example, read_example
 from .finding import FoundPools, find_pools
 from .globalstate import LOCK
 from .programs import convert_aten_graph, convert_program, has_aten_pools
+from .proving import proven, traced_pools
 from .recording import Recording, record_pool_calls
 from .report import REPORT_ATTRIBUTE, ConversionReport, attach_report, report_of
 
@@ -276,7 +277,9 @@ def _convert(model: nn.Module, example: Example, dynamic: bool) -> tuple[nn.Modu
                     break
             if not undo.learn(result.check, result):
                 break  # nothing left to undo: the last conversion stands, its check says failed
-    report = result.report()
+        report = result.report()
+        if not example.on_meta:  # the claims, from what a tracer sees of the result
+            report = proven(report, traced_pools(result.converted, example))
     _log_decisions(report)
     return result.converted, report
 

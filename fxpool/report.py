@@ -62,6 +62,9 @@ class ConversionReport:
     records: tuple[PoolRecord, ...]
     intercepted: tuple[str, ...] = ()  # qualified names of modules whose functional pool calls run replacements
     check: SelfCheck | None = None  # what convert compared after converting (None: not run)
+    # The tracer whose view of the converted model the records were checked against (fxpool.proving): the
+    # native pools it found are all in the records ("" where no tracer ran: an example on the meta device)
+    proved_by: str = ""
 
     @property
     def converted(self) -> tuple[PoolRecord, ...]:
@@ -75,7 +78,8 @@ class ConversionReport:
     def stands_alone(self) -> bool:
         """Whether every pool was replaced (or is a global average, :attr:`PoolRecord.global_average`), so
         plain ``torch.onnx.export``/``torch.export`` of the converted model gives the exact graph with no
-        fxpool code around the call."""
+        fxpool code around the call. Proven where :attr:`proved_by` names a tracer: every native pool it
+        saw in the converted model is a record here (one found nowhere else is recorded as left)."""
         return all(r.global_average for r in self.unconverted)
 
     @property
@@ -96,6 +100,7 @@ class ConversionReport:
             "records": [asdict(r) for r in self.records],
             "intercepted": list(self.intercepted),
             "check": None if self.check is None else asdict(self.check),
+            "proved_by": self.proved_by,
         }
 
     def table(self) -> str:
@@ -148,9 +153,10 @@ class ConversionReport:
                     else ""
                 )
             )
+        proof = f" (what {self.proved_by} sees)" if self.proved_by and self.records else ""
         return (
             f"{len(self.records)} adaptive pool(s): {len(self.converted)} converted, "
-            f"{len(self.unconverted)} left to PyTorch{at_export}; {reached}{alone}"
+            f"{len(self.unconverted)} left to PyTorch{at_export}; {reached}{alone}{proof}"
         )
 
     def __str__(self) -> str:

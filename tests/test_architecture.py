@@ -22,8 +22,8 @@ ALLOWED: dict[str, set[str]] = {
     "replacements": {"errors", "planning", "windows"},
     "dynamic": {"errors", "planning", "windows", "replacements"},
 }
-GRAPH_WORK = set().union(*ALLOWED.values(), ALLOWED) | {"recording", "intercepting", "checking", "report"}
-ALLOWED["recording"] = ALLOWED["intercepting"] = ALLOWED["checking"] = ALLOWED["report"] = GRAPH_WORK
+GRAPH_WORK = set().union(*ALLOWED.values(), ALLOWED) | {"recording", "intercepting", "checking", "report", "proving"}
+ALLOWED["recording"] = ALLOWED["intercepting"] = ALLOWED["checking"] = ALLOWED["report"] = ALLOWED["proving"] = GRAPH_WORK
 # The conversion's stages, in pipeline order: each may import the stages before it.
 ALLOWED["finding"] = set(ALLOWED["recording"])
 ALLOWED["deciding"] = ALLOWED["finding"] | {"finding"}
@@ -48,6 +48,7 @@ FORBIDDEN_THIRD_PARTY: dict[str, tuple[str, ...]] = {
             "intercepting",
             "checking",
             "report",
+            "proving",
             "finding",
             "deciding",
             "building",

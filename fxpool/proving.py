@@ -1,0 +1,200 @@
+"""What a tracer sees of a converted model: the native adaptive pool operators left in it.
+
+``convert`` claims a model "stands alone" (plain ``torch.onnx.export``/``torch.export`` of it give the
+exact graph) from what a tracer saw, not from what it meant to do. :func:`traced_pools` traces the
+converted model once on the example the way the TorchScript ONNX exporter does — ``torch.jit.trace``
+with ``torch.onnx.is_in_onnx_export()`` true, the strictest of the tracers: sizes a forward reads off
+its input are traced values there — and lists every adaptive pool operator of the graph
+(``aten::adaptive_avg_pool2d``, ``aten::_adaptive_avg_pool3d``, ``aten::adaptive_max_pool1d``...),
+whatever spelling made it: a module, ``F.*``, ``torch.ops.aten.*``, ``interpolate(mode="area")``.
+Where the TorchScript tracer cannot trace the model (outputs it cannot hold, say), the model runs once
+under a ``TorchDispatchMode`` that sees every ATen operator — what ``torch.export`` and the dynamo
+exporter record — with the replacements in their traced forms. The result names the tracer.
+
+Nothing of the caller's changes: buffers are cloned for the run, no gradients, the random generators
+forked (the self-check's rules).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+from collections.abc import Iterator
+from contextlib import ExitStack
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .calls import ATEN_FORMS
+from .checking import buffers_cloned
+from .copying import tree_modules
+from .errors import error_summary
+from .example import Example, example_run
+from .globalstate import export_flag
+from .replacements import traced_forms
+from .report import ConversionReport, PoolRecord
+
+JIT_TRACER = "torch.jit.trace, as the TorchScript ONNX exporter traces"
+DISPATCH_TRACER = "an ATen dispatch run, as torch.export records"
+# The ATen names of the adaptive pools, as TorchScript graphs spell their node kinds.
+_JIT_KINDS = {f"aten::{str(op).split('.')[1]}": form for op, form in ATEN_FORMS.items()}
+
+
+@dataclass(frozen=True)
+class NativePool:
+    """One native adaptive pool operator a tracer found in the converted model."""
+
+    op: str  # "aten::adaptive_avg_pool2d"
+    family: str
+    scope: str  # the module path the tracer puts it in ("" for the root or unknown)
+    input_shape: tuple[int, ...] | None
+    output_shape: tuple[int, ...] | None
+
+
+@dataclass(frozen=True)
+class TracedPools:
+    """The native pools a tracer found, and which tracer (with why it was the fallback, where it was)."""
+
+    tracer: str
+    pools: tuple[NativePool, ...]
+    note: str = ""
+
+
+def traced_pools(model: nn.Module, example: Example) -> TracedPools:
+    """Trace ``model`` on ``example`` and list the native adaptive pool operators in what the tracer saw.
+
+    ``tracer`` is "" where neither tracer could run the model (one that raises under the export flag, as
+    its original does): nothing was proven then.
+    """
+    try:
+        return TracedPools(JIT_TRACER, _jit_pools(model, example))
+    except Exception as error:  # the tracer's limits (dict outputs with strings, data-dependent code...)
+        note = f"torch.jit.trace could not trace the model ({error_summary(error)[:200]})"
+    try:
+        return TracedPools(DISPATCH_TRACER, _dispatched_pools(model, example), note)
+    except Exception as error:
+        return TracedPools("", (), f"{note}; the ATen dispatch run raised too ({error_summary(error)[:200]})")
+
+
+@contextlib.contextmanager
+def _side_effect_free(model: nn.Module, example: Example) -> Iterator[None]:
+    with ExitStack() as stack:
+        stack.enter_context(buffers_cloned(tree_modules(model)))
+        stack.enter_context(example_run(example))
+        stack.enter_context(contextlib.redirect_stderr(io.StringIO()))  # a failing GraphModule prints its code
+        stack.enter_context(warnings.catch_warnings())
+        warnings.simplefilter("ignore")  # the tracer's TracerWarnings are about the model, not for the user here
+        yield
+
+
+def _jit_pools(model: nn.Module, example: Example) -> tuple[NativePool, ...]:
+    with _side_effect_free(model, example), export_flag(True):
+        traced = torch.jit.trace(
+            model,
+            example.args if example.args else (),
+            strict=False,
+            check_trace=False,
+            example_kwarg_inputs=dict(example.kwargs) or None,
+        )
+    graph = traced.inlined_graph
+    found = []
+    for node in _nodes(graph.nodes()):
+        form = _JIT_KINDS.get(node.kind())
+        if form is None:
+            continue
+        inputs, outputs = list(node.inputs()), list(node.outputs())
+        found.append(
+            NativePool(
+                node.kind(), form.family, _scope(node.scopeName()), _shape(inputs[0]), _shape(outputs[0]) if outputs else None
+            )
+        )
+    return tuple(found)
+
+
+def _nodes(nodes: Any) -> Iterator[Any]:
+    for node in nodes:
+        yield node
+        for block in node.blocks():
+            yield from _nodes(block.nodes())
+
+
+def _scope(scope_name: str) -> str:
+    """The module path of a TorchScript scope (``__module.features/__module.features.5`` -> ``features.5``)."""
+    last = scope_name.split("/")[-1] if scope_name else ""
+    return last.removeprefix("__module.").removeprefix("__module") if last else ""
+
+
+def _shape(value: Any) -> tuple[int, ...] | None:
+    sizes = getattr(value.type(), "sizes", lambda: None)()
+    return tuple(sizes) if sizes is not None and all(isinstance(s, int) for s in sizes) else None
+
+
+class _RecordPools(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[NativePool] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        form = ATEN_FORMS.get(func)
+        if form is not None:
+            x = args[0] if args else None
+            values = result[0] if isinstance(result, tuple) else result
+            self.found.append(
+                NativePool(
+                    f"aten::{str(func).split('.')[1]}",
+                    form.family,
+                    "",
+                    tuple(x.shape) if isinstance(x, torch.Tensor) else None,
+                    tuple(values.shape) if isinstance(values, torch.Tensor) else None,
+                )
+            )
+        return result
+
+
+def _dispatched_pools(model: nn.Module, example: Example) -> tuple[NativePool, ...]:
+    recorder = _RecordPools()
+    with _side_effect_free(model, example), export_flag(True), traced_forms(), recorder:
+        example.call(model)
+    return tuple(recorder.found)
+
+
+def proven(report: ConversionReport, traced: TracedPools) -> ConversionReport:
+    """``report`` with what ``traced`` saw: its tracer named, and a record left to PyTorch for every native pool
+    the tracer found that no record accounts for (records left to PyTorch account for one native pool per call,
+    matched by family and shapes)."""
+    expected = Counter((r.family, r.input_shape, r.output_shape) for r in report.unconverted for _ in range(max(r.calls, 1)))
+    extra: list[PoolRecord] = []
+    for pool in traced.pools:
+        key = (pool.family, pool.input_shape, pool.output_shape)
+        if expected[key] > 0:
+            expected[key] -= 1
+            continue
+        extra.append(_record_of(pool, traced.tracer))
+    return replace(report, records=report.records + tuple(extra), proved_by=traced.tracer)
+
+
+def _record_of(pool: NativePool, tracer: str) -> PoolRecord:
+    dims = int(pool.op[-2])  # "aten::adaptive_avg_pool2d": 2
+    spatial = pool.output_shape[-dims:] if pool.output_shape is not None else None
+    return PoolRecord(
+        location=f"{pool.scope or '<root>'}:{pool.op}",
+        form="traced",
+        op=pool.op,
+        input_shape=pool.input_shape,
+        output_size=str(spatial) if spatial is not None else "?",
+        output_shape=pool.output_shape,
+        converted=False,
+        replacement="left to PyTorch",
+        reason=(
+            f"{tracer} still finds {pool.op} here in the converted model: a pool call fxpool's run did not see or "
+            f"could not match, so the exporters would meet PyTorch's pool (please report the model)"
+        ),
+        export_translated=pool.family == "avg",
+        family=pool.family,
+    )
