@@ -20,9 +20,9 @@ from __future__ import annotations
 import contextlib
 import io
 import warnings
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack
-from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Any
 
