@@ -8,8 +8,14 @@ in ``NAME.onnx.failed/``, leaving any earlier file at the path as it was.
 
 `onnx_export_hook` patches ``torch.onnx.export`` so that any call from the thread that
 entered it — in scripts the user cannot edit too — exports the converted model; other threads'
-calls pass through unchanged. The patch is undone when the last hook is left, whatever the
+calls pass through unconverted. The patch is undone when the last hook is left, whatever the
 order, on exceptions too.
+
+Exports run one at a time: the TorchScript exporter's state and both exporters' flags are
+process-wide. While fxpool exports (``export`` or a hook), other threads' ``torch.onnx.export`` calls
+go through the same patch and wait on fxpool's lock, and an export another thread was already running
+is waited for; a race that still happens (a thread holding its own reference to the exporter) is an
+`ExportFailedError` that says so.
 
 onnx, onnxscript and onnxruntime are imported only when needed (the ``fxpool[onnx]`` extra); a
 missing one raises `MissingDependencyError` before any conversion work. An ``opset_version`` the
@@ -27,9 +33,10 @@ import os
 import re
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO
 
@@ -482,8 +489,44 @@ def _export_with_translations(export_fn: Any, model: Any, args: Any, f: Any, *re
             model = _Exported(model)
     else:
         kwargs["custom_translation_table"] = {**dynamo_translation_table(), **(kwargs.get("custom_translation_table") or {})}
-    with LOCK, exporter_translations():  # the symbolic registry is process-wide
-        return export_fn(model, args, f, *rest, **kwargs)
+    if export_fn is _hooked_export:  # torch.onnx.export, patched by a hook: the exporter itself
+        export_fn = _unpatched_export
+    # The symbolic registry and the exporters' flags are process-wide: exports run one at a time, other
+    # threads' torch.onnx.export calls wait for this one (routed through the lock), and one already in
+    # flight in another thread is waited for.
+    with LOCK, _exports_routed(), exporter_translations():
+        _wait_for_exports_in_flight()
+        try:
+            return export_fn(model, args, f, *rest, **kwargs)
+        except AssertionError as error:
+            if "in_onnx_export" not in str(error):
+                raise
+            raise ExportFailedError(
+                f"torch.onnx.export failed ({exporter_reason(error)}): another thread ran torch.onnx.export at the same "
+                f"time, and the TorchScript exporter keeps its state in process-wide globals. fxpool runs its own exports "
+                f"and the hook's one at a time, and routes other threads' torch.onnx.export calls through the same lock "
+                f"while it exports, but a call another thread entered through a reference of its own "
+                f"(from torch.onnx import export) races with it: export one model at a time, or retry"
+            ) from error
+
+
+# How long an export waits for another thread's torch.onnx.export already in flight.
+IN_FLIGHT_TIMEOUT_S = 600.0
+
+
+def _wait_for_exports_in_flight() -> None:
+    """Wait until no other thread is inside ``torch.onnx.export`` (whose flags are process-wide)."""
+    from torch.onnx._internal.exporter import _flags
+    from torch.onnx._internal.torchscript_exporter._globals import GLOBALS
+
+    deadline = time.monotonic() + IN_FLIGHT_TIMEOUT_S
+    while GLOBALS.in_onnx_export or _flags._is_onnx_exporting:
+        if time.monotonic() > deadline:
+            raise ExportFailedError(
+                f"another thread's torch.onnx.export has been running for {IN_FLIGHT_TIMEOUT_S:.0f} s; fxpool waits for "
+                f"it before exporting (the exporters' state is process-wide). Export one model at a time"
+            )
+        time.sleep(0.005)
 
 
 @dataclass(frozen=True)
@@ -493,17 +536,39 @@ class _HookOptions:
 
 
 _hooks_here = threading.local()  # .active: this thread's entered hooks, innermost last
-_hooks_entered = 0  # across threads; torch.onnx.export is patched while above 0
+_routes = 0  # across threads: torch.onnx.export is _hooked_export while above 0 (hooks, fxpool's exports)
 _unpatched_export: Callable[..., Any] | None = None
 
 
+@contextmanager
+def _exports_routed() -> Iterator[None]:
+    """While inside, ``torch.onnx.export`` is :func:`_hooked_export` in every thread (restored when the last one
+    leaves): calls from threads without a hook run the exporter under fxpool's lock."""
+    global _routes, _unpatched_export
+    with LOCK:
+        if _routes == 0:
+            _unpatched_export = torch.onnx.export
+            torch.onnx.export = _hooked_export
+        _routes += 1
+    try:
+        yield
+    finally:
+        with LOCK:
+            _routes -= 1
+            if _routes == 0:
+                if torch.onnx.export is _hooked_export and _unpatched_export is not None:  # else: leave theirs
+                    torch.onnx.export = _unpatched_export
+
+
 def _hooked_export(model: Any, args: Any = (), f: Any = None, *rest: Any, **kwargs: Any) -> Any:
-    """``torch.onnx.export`` while some hook is entered: converts in threads that entered one."""
+    """``torch.onnx.export`` while some hook is entered or fxpool exports: converts in threads that entered a
+    hook; in the others, the exporter runs under fxpool's lock (one export at a time)."""
     original = _unpatched_export
     assert original is not None
     active: list[_HookOptions] = getattr(_hooks_here, "active", [])
     if not active:
-        return original(model, args, f, *rest, **kwargs)
+        with LOCK:
+            return original(model, args, f, *rest, **kwargs)
     options = active[-1]
     require_export_dependencies(kwargs, False, "torch.onnx.export under fxpool.onnx_export_hook")
     check_opset(kwargs)
@@ -527,26 +592,18 @@ def onnx_export_hook(*, strict: bool = False, dynamic: bool = False) -> Iterator
     """Within this block, ``torch.onnx.export(model, args, ...)`` exports ``fxpool.convert(model, args)``.
 
     The caller's model is untouched; already-converted models are exported as they are. The hook
-    applies to the thread that entered it: other threads' exports run unchanged. Blocks may nest and
-    may be left in any order; ``torch.onnx.export`` is restored when the last one is left.
+    applies to the thread that entered it: other threads' exports are not converted, and run one at a
+    time with fxpool's (the exporters' state is process-wide). Blocks may nest and may be left in any
+    order; ``torch.onnx.export`` is restored when the last one is left.
     """
-    global _hooks_entered, _unpatched_export
     options = _HookOptions(strict, dynamic)
-    with LOCK:
-        if _hooks_entered == 0:
-            _unpatched_export = torch.onnx.export
-            torch.onnx.export = _hooked_export
-        _hooks_entered += 1
-    if not hasattr(_hooks_here, "active"):
-        _hooks_here.active = []
-    _hooks_here.active.append(options)
-    try:
-        yield
-    finally:
-        active = _hooks_here.active
-        del active[max(i for i, o in enumerate(active) if o is options)]
-        with LOCK:
-            _hooks_entered -= 1
-            if _hooks_entered == 0:
-                if torch.onnx.export is _hooked_export and _unpatched_export is not None:  # else: leave theirs
-                    torch.onnx.export = _unpatched_export
+    with ExitStack() as stack:
+        stack.enter_context(_exports_routed())
+        if not hasattr(_hooks_here, "active"):
+            _hooks_here.active = []
+        _hooks_here.active.append(options)
+        try:
+            yield
+        finally:
+            active = _hooks_here.active
+            del active[max(i for i, o in enumerate(active) if o is options)]

@@ -589,3 +589,36 @@ def test_export_warns_only_of_pools_the_export_leaves(tmp_path, recwarn) -> None
     with pytest.warns(fxpool.UnconvertedPoolWarning, match="the export leaves to the stock exporter"):
         with pytest.raises(fxpool.ExportFailedError):  # the warning comes first, the exporter then fails on that pool
             fxpool.export(IndicesHead().eval(), torch.randn(1, 3, 10, 10), tmp_path / "i.onnx", dynamo=False, verify=False)
+
+
+def test_exports_run_beside_other_threads_plain_exports(tmp_path) -> None:
+    """The TorchScript exporter asserts on process-wide flags: fxpool's exports and the hook's wait for another
+    thread's export in flight and route the others through their lock, so neither side fails."""
+    import io
+    import threading
+
+    model = nn.Sequential(nn.Conv2d(3, 32, 3), nn.AdaptiveAvgPool2d((5, 3))).eval()
+    other = nn.Sequential(nn.Conv2d(3, 32, 3), nn.AdaptiveAvgPool2d(1)).eval()
+    x = torch.randn(1, 3, 24, 24)
+    stop, failures, plain_exports = threading.Event(), [], []
+
+    def plain() -> None:
+        while not stop.is_set():
+            try:
+                torch.onnx.export(other, (x,), io.BytesIO(), dynamo=False)
+                plain_exports.append(1)
+            except Exception as error:  # recorded: the assertion below names it
+                failures.append(f"plain: {error!r}")
+
+    thread = threading.Thread(target=plain)
+    thread.start()
+    try:
+        for index in range(3):
+            fxpool.export(model, x, tmp_path / f"m{index}.onnx", dynamo=False)
+            with fxpool.onnx_export_hook():
+                torch.onnx.export(model, (x,), io.BytesIO(), dynamo=False)
+    finally:
+        stop.set()
+        thread.join()
+    assert not failures and plain_exports, failures[:3]
+    assert not getattr(torch.onnx.export, "__module__", "").startswith("fxpool")  # the patch is gone
