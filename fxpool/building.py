@@ -25,6 +25,7 @@ from .copying import carry_hooks, substitute
 from .deciding import SiteDecision, requested_sizes
 from .dynamic import DynamicAdaptiveAvgPool, DynamicAdaptiveMaxPool
 from .finding import FoundPools
+from .indices import WindowArgmaxPool
 from .intercepting import PoolCalls, intercept
 from .recording import PoolEvent
 from .replacements import ExactAdaptivePool
@@ -90,6 +91,9 @@ def replacement_module(chosen: SiteDecision, event: PoolEvent, fallback_device: 
         sizes = requested_sizes(chosen.site.call, event, location) or event.output_shape[-event.spatial_dims :]
         pool_class = DynamicAdaptiveAvgPool if plan.family == "avg" else DynamicAdaptiveMaxPool
         replacement: nn.Module = pool_class(sizes, location=location)
+    elif decision.returns_indices:
+        device = fallback_device if event.device.type == "meta" else event.device
+        replacement = WindowArgmaxPool(plan.in_sizes, plan.out_sizes, location, device)
     else:
         device = fallback_device if event.device.type == "meta" else event.device
         weight_dtype = torch.float64 if event.dtype == torch.float64 else torch.float32

@@ -265,9 +265,12 @@ def buffers_cloned(modules: list[nn.Module]) -> Iterator[None]:
 
 
 def _replacement_hook(checks: list[ReplacementCheck]):
-    def hook(module: Any, inputs: tuple[Any, ...], output: Any) -> None:  # an ExactAdaptivePool
+    def hook(module: Any, inputs: tuple[Any, ...], output: Any) -> None:  # an ExactAdaptivePool or a WindowArgmaxPool
         family, out_sizes = module.fxpool_native_reference
         x = inputs[0]
+        if getattr(module, "returns_indices", False):
+            checks.append(_indices_check(module, x, output, out_sizes))
+            return
         if not isinstance(x, torch.Tensor) or not isinstance(output, torch.Tensor):
             return
         dims = len(out_sizes)
@@ -299,6 +302,24 @@ def _replacement_hook(checks: list[ReplacementCheck]):
         checks.append(ReplacementCheck(module.location, max(e for e, _ in errors), errors[0][1]))
 
     return hook
+
+
+def _indices_check(module: Any, x: Any, output: Any, out_sizes: tuple[int | None, ...]) -> ReplacementCheck:
+    """A max pool with indices against PyTorch's: values and indices equal, in eager and in the traced form."""
+    try:
+        expected = native_pool_function("max", len(out_sizes))(x, list(out_sizes), return_indices=True)
+        outputs = [output, module.traced_form(x)]
+    except Exception:
+        return ReplacementCheck(module.location, float("inf"), 0.0)
+    same = all(
+        isinstance(o, tuple)
+        and len(o) == 2
+        and torch.equal(o[1], expected[1])
+        and torch.equal(o[0].isnan(), expected[0].isnan())
+        and bool((o[0].nan_to_num() == expected[0].nan_to_num()).all())
+        for o in outputs
+    )
+    return ReplacementCheck(module.location, 0.0 if same else float("inf"), 0.0)
 
 
 def compare_outputs(ours: Any, theirs: Any) -> tuple[str | None, float, float]:

@@ -32,13 +32,15 @@ def replacement_of(decision: PoolDecision) -> tuple[str, str]:
         return "left to PyTorch", ""
     if decision.action == "dynamic":
         return _DYNAMIC_DESCRIPTIONS[plan.family], "dynamic"
+    if decision.returns_indices:
+        return "window argmax (values and PyTorch's indices)", "argmax"
     return plan.describe(), plan.kind
 
 
 def onnx_replacement_of(decision: PoolDecision) -> str:
     """The form ONNX export runs in the replacement's place, where it has one of its own ("" elsewhere)."""
     plan = decision.plan
-    if plan is None or decision.action != "exact" or not plan.onnx_steps:
+    if plan is None or decision.action != "exact" or not plan.onnx_steps or decision.returns_indices:
         return ""
     return plan.describe_onnx()
 

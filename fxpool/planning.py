@@ -733,12 +733,6 @@ def _constant_output_guard(sighting: PoolSighting) -> str | None:
     return None
 
 
-def _indices_guard(sighting: PoolSighting) -> str | None:
-    if sighting.return_indices:
-        return "return_indices=True: PyTorch's argmax indices (and their ties) are not reproduced"
-    return None
-
-
 def _quantized_guard(sighting: PoolSighting) -> str | None:
     return "quantized input: left to the quantized kernel" if sighting.quantized else None
 
@@ -767,7 +761,6 @@ def _fixed_request_guard(sighting: PoolSighting) -> str | None:
 POOL_GUARDS: tuple[PoolGuard, ...] = (
     _ran_guard,
     _constant_output_guard,
-    _indices_guard,
     _quantized_guard,
     _non_empty_guard,
 )
@@ -786,6 +779,7 @@ class PoolDecision:
     action: DecisionAction
     reason: str
     plan: PoolPlan | None = None
+    returns_indices: bool = False  # the window argmax form: values and PyTorch's indices (``plan`` gives the sizes)
 
     def __post_init__(self) -> None:
         if self.action not in get_args(DecisionAction):
@@ -810,6 +804,8 @@ def decide_pool(sighting: PoolSighting, dynamic: bool = False) -> PoolDecision:
     follows = tuple(s is None for s in sighting.requested) if sighting.requested else None
     plan = choose_plan(sighting.family, in_sizes, out_sizes, follows, scaled_output=sighting.requested is None)
     several = _one_size_guard(sighting)  # runs at several sizes: only a plan exact at every size serves them all
+    if sighting.return_indices:
+        return _decide_with_indices(plan, several, dynamic)
     if plan.size_agnostic:
         return PoolDecision("exact", plan.reasons() + (f" (exact at every size: {several})" if several else ""), plan)
     if not dynamic:
@@ -819,3 +815,20 @@ def decide_pool(sighting: PoolSighting, dynamic: bool = False) -> PoolDecision:
         if why:
             return PoolDecision("left", why)
     return PoolDecision("dynamic", "dynamic=True; at the traced size: " + plan.reasons(), plan)
+
+
+def _decide_with_indices(plan: PoolPlan, several: str | None, dynamic: bool) -> PoolDecision:
+    """A max pool whose indices are used: the window argmax form, specialised to the one size it ran at."""
+    if several:
+        return PoolDecision("left", f"return_indices=True and {several}")
+    if dynamic:
+        return PoolDecision(
+            "left",
+            "dynamic=True and return_indices=True: the indices form is specialised to the traced size; convert "
+            "without dynamic=True for a graph of this size",
+        )
+    why = (
+        "return_indices=True: each window's entries gathered and arg-maxed as PyTorch's kernel scans them (first "
+        "maximum on ties, last NaN), values and indices exact"
+    )
+    return PoolDecision("exact", why, plan, returns_indices=True)

@@ -288,7 +288,9 @@ def already_converted(module: nn.Module) -> tuple[PoolCall, str] | None:
     native: tuple[PoolFamily, tuple[int | None, ...]] = module.fxpool_native_reference  # type: ignore[assignment]
     family, out_sizes = native
     dims = len(out_sizes)
-    call = PoolCall(family, dims, f"fxpool.{type(module).__name__}", "module", tuple(out_sizes))
+    call = PoolCall(
+        family, dims, f"fxpool.{type(module).__name__}", "module", tuple(out_sizes), getattr(module, "returns_indices", False)
+    )
     plan = getattr(module, "plan", None)
     what = plan.describe() if plan is not None else module.extra_repr()
     return call, f"already converted ({what})"
