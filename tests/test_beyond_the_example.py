@@ -219,6 +219,21 @@ def test_an_output_size_that_is_not_one_is_refused_by_name() -> None:
         converted.pool.output_size = (0, 2)
 
 
+@pytest.mark.parametrize("dims", [1, 2, 3])
+@pytest.mark.parametrize("family", ["avg", "max"])
+def test_cpu_autocast_keeps_the_native_pools_dtype_policy(family: str, dims: int) -> None:
+    """CPU autocast runs 3d pools in float32 (they are on its float32 list) and leaves 1d/2d pools to the input's dtype:
+    after a bfloat16 convolution the original gives float32 (3d) or bfloat16 (1d, 2d), and so must the conversion."""
+    conv = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}[dims](2, 4, 1)
+    model = nn.Sequential(conv, POOLS[family, dims]((3, 4, 5)[:dims])).eval()
+    x = torch.randn((1, 2) + (7, 9, 11)[:dims])
+    converted = fxpool.convert(model, x, strict=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = model(x)
+        assert converted(x).dtype == expected.dtype == (torch.float32 if dims == 3 else torch.bfloat16)
+        torch.testing.assert_close(converted(x), expected, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("family", ["avg", "max"])
 def test_autocast_keeps_the_dtype_and_values_of_the_native_pool(family: str) -> None:
     pool = POOLS[family, 2]((5, 7))
