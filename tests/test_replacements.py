@@ -435,3 +435,16 @@ def test_a_3d_average_pool_is_two_2d_pools_under_torch_export_and_stays_3d_in_on
         torch.testing.assert_close(program.module()(x), F.adaptive_avg_pool3d(x, (3, 5, 5)), **TOLERANCE[torch.float32])
     torch.onnx.export(module, (torch.randn(2, 4, 7, 10, 10),), str(tmp_path / "p.onnx"), dynamo=True, verbose=False)
     assert op_histogram(str(tmp_path / "p.onnx")).get("AveragePool") == 1
+
+
+def test_a_mean_that_keeps_an_axis_at_its_traced_size_checks_that_size_in_eager() -> None:
+    """3x3 -> 1x3 is a mean over H with W kept: at 4x4 the original gives 1x3, so the replacement must refuse
+    (it once took the eager fast path unchecked and returned 1x4)."""
+    import fxpool
+
+    pool = torch.nn.AdaptiveAvgPool2d((1, 3))
+    converted = fxpool.convert(pool, torch.randn(1, 3, 3, 3))
+    with pytest.raises(fxpool.SpatialSizeError, match=r"spatial size \('\*', 3\)"):
+        converted(torch.randn(1, 3, 4, 4))
+    size_agnostic = fxpool.convert(torch.nn.AdaptiveAvgPool2d((1, None)), torch.randn(1, 3, 3, 3))
+    torch.testing.assert_close(size_agnostic(torch.randn(1, 3, 4, 4)).shape, torch.Size([1, 3, 1, 4]))
