@@ -21,6 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "example": {"errors"},
     "replacements": {"errors", "planning", "windows"},
     "dynamic": {"errors", "planning", "windows", "replacements"},
+    "indices": {"errors", "planning", "windows", "replacements"},
 }
 GRAPH_WORK = set().union(*ALLOWED.values(), ALLOWED) | {"recording", "intercepting", "checking", "report", "proving"}
 ALLOWED["recording"] = ALLOWED["intercepting"] = ALLOWED["checking"] = ALLOWED["report"] = ALLOWED["proving"] = GRAPH_WORK
@@ -44,6 +45,7 @@ FORBIDDEN_THIRD_PARTY: dict[str, tuple[str, ...]] = {
             "example",
             "replacements",
             "dynamic",
+            "indices",
             "recording",
             "intercepting",
             "checking",

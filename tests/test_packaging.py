@@ -20,6 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+
 def _build_installed() -> bool:
     """Whether the ``build`` package is installed: a ``build/`` folder in the current one (what ``pip install .``
     leaves) is found as a namespace package with no origin, and is not it."""

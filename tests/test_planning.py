@@ -127,7 +127,6 @@ def _sighting(**overrides: object) -> planning.PoolSighting:
     [
         ({"runs": ()}, "never ran"),
         ({"dynamic_output_size": True, "requested": None}, "computed at run time"),
-        ({"return_indices": True}, "return_indices=True"),
         ({"quantized": True}, "quantized input"),
         ({"runs": (((0, 10), (7, 7)),)}, "zero spatial size"),
         ({"runs": (((10, 10), (7, 7)), ((12, 12), (7, 7)))}, "different sizes ((10, 10)->(7, 7), (12, 12)->(7, 7))"),
@@ -139,11 +138,20 @@ def test_each_guard_leaves_its_pool_to_pytorch_and_says_why(overrides: dict, rea
 
 
 def test_guards_run_in_their_order() -> None:
-    # never ran beats everything; return_indices is said before a quantized input
+    # never ran beats everything; a quantized input is left even where it asks for indices
     both = _sighting(return_indices=True, quantized=True)
-    assert "return_indices" in planning.decide_pool(both).reason
+    assert "quantized input" in planning.decide_pool(both).reason
     assert "never ran" in planning.decide_pool(_sighting(runs=(), return_indices=True)).reason
     assert [g.__name__ for g in planning.POOL_GUARDS][:2] == ["_ran_guard", "_constant_output_guard"]
+
+
+def test_a_max_pool_returning_indices_takes_the_window_argmax_form_at_one_size_only() -> None:
+    one = planning.decide_pool(_sighting(family="max", return_indices=True))
+    assert one.action == "exact" and one.returns_indices and "first maximum on ties, last NaN" in one.reason
+    several = planning.decide_pool(_sighting(family="max", return_indices=True, runs=(((10, 10), (7, 7)), ((12, 12), (7, 7)))))
+    assert several.action == "left" and several.reason.startswith("return_indices=True and called 2 times")
+    dynamic = planning.decide_pool(_sighting(family="max", return_indices=True), dynamic=True)
+    assert dynamic.action == "left" and "dynamic=True and return_indices=True" in dynamic.reason
 
 
 def test_a_pool_called_twice_at_one_size_is_planned_once() -> None:
