@@ -167,15 +167,20 @@ def _dispatched_pools(model: nn.Module, example: Example) -> tuple[NativePool, .
 def proven(report: ConversionReport, traced: TracedPools) -> ConversionReport:
     """``report`` with what ``traced`` saw: its tracer named, and a record left to PyTorch for every native pool
     the tracer found that no record accounts for (records left to PyTorch account for one native pool per call,
-    matched by family and shapes)."""
-    expected = Counter((r.family, r.input_shape, r.output_shape) for r in report.unconverted for _ in range(max(r.calls, 1)))
+    matched by family and shapes; a record whose shapes were never seen, a pool inside a TorchScript submodule,
+    by family alone)."""
+    left = [r for r in report.unconverted for _ in range(max(r.calls, 1))]
+    expected = Counter((r.family, r.input_shape, r.output_shape) for r in left if r.input_shape is not None)
+    unseen = Counter(r.family for r in left if r.input_shape is None)
     extra: list[PoolRecord] = []
     for pool in traced.pools:
         key = (pool.family, pool.input_shape, pool.output_shape)
         if expected[key] > 0:
             expected[key] -= 1
-            continue
-        extra.append(_record_of(pool, traced.tracer))
+        elif unseen[pool.family] > 0:
+            unseen[pool.family] -= 1
+        else:
+            extra.append(_record_of(pool, traced.tracer))
     return replace(report, records=report.records + tuple(extra), proved_by=traced.tracer)
 
 

@@ -125,8 +125,8 @@ class ExportBranch(nn.Module):
 
 
 class IndicesHead(nn.Module):
-    """A pool fxpool leaves to PyTorch (its argmax indices are asked for) and no stock exporter takes
-    with dynamic spatial axes."""
+    """A pool fxpool leaves to PyTorch under ``dynamic=True`` (its argmax indices are asked for, a form
+    specialised to one size) and no stock exporter takes with dynamic spatial axes."""
 
     def __init__(self) -> None:
         super().__init__()

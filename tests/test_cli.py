@@ -183,10 +183,10 @@ def test_usage_errors_exit_2_with_usage_and_json_when_asked() -> None:
 
 
 def test_inspect_strict_exits_1_where_a_pool_is_left_and_says_so_in_json() -> None:
-    model = f"{EXPORT_TESTS}:IndicesHead"
-    plain = run_cli("inspect", model, "--input-shape", "1,3,10,10")
+    model = f"{EXPORT_TESTS}:IndicesHead"  # its max pool returns indices: left under --dynamic-hw
+    plain = run_cli("inspect", model, "--input-shape", "1,3,10,10", "--dynamic-hw")
     assert plain.returncode == 0 and "return_indices=True" in plain.stdout
-    strict = run_cli("inspect", model, "--input-shape", "1,3,10,10", "--strict", "--json")
+    strict = run_cli("inspect", model, "--input-shape", "1,3,10,10", "--dynamic-hw", "--strict", "--json")
     assert strict.returncode == 1, strict.stderr
     answer = json.loads(strict.stdout)
     assert answer["schema_version"] == cli_module.JSON_SCHEMA_VERSION and answer["command"] == "inspect"

@@ -588,7 +588,9 @@ def test_export_warns_only_of_pools_the_export_leaves(tmp_path, recwarn) -> None
     assert not [w for w in recwarn if issubclass(w.category, fxpool.FxpoolWarning)]
     with pytest.warns(fxpool.UnconvertedPoolWarning, match="the export leaves to the stock exporter"):
         with pytest.raises(fxpool.ExportFailedError):  # the warning comes first, the exporter then fails on that pool
-            fxpool.export(IndicesHead().eval(), torch.randn(1, 3, 10, 10), tmp_path / "i.onnx", dynamo=False, verify=False)
+            fxpool.export(
+                IndicesHead().eval(), torch.randn(1, 3, 10, 10), tmp_path / "i.onnx", dynamo=False, verify=False, dynamic=True
+            )
 
 
 def test_exports_run_beside_other_threads_plain_exports(tmp_path) -> None:
