@@ -50,12 +50,12 @@ def test_a_non_strict_convert_warns_of_the_pools_it_leaves_and_a_strict_one_rais
     import torch
     from torch import nn
 
-    model = nn.Sequential(nn.AdaptiveMaxPool2d(3, return_indices=True)).eval()  # left: indices are asked for
+    model = nn.Sequential(nn.AdaptiveMaxPool2d(3, return_indices=True)).eval()  # left under dynamic=True: indices asked for
     x = torch.randn(1, 2, 7, 7)
     with pytest.warns(errors.UnconvertedPoolWarning, match=r"1 adaptive pool\(s\) are left to PyTorch \(0: .*return_indices"):
-        fxpool.convert(model, x)
+        fxpool.convert(model, x, dynamic=True)
     with pytest.raises(errors.UnconvertedPoolError):
-        fxpool.convert(model, x, strict=True)
+        fxpool.convert(model, x, strict=True, dynamic=True)
     assert issubclass(errors.UnconvertedPoolWarning, fxpool.FxpoolWarning) and issubclass(fxpool.FxpoolWarning, UserWarning)
 
 
