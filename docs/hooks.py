@@ -10,10 +10,14 @@ The package's docstrings are Markdown with Google-style sections (mkdocs.yml con
 but some still name objects the Sphinx way (``:func:`~fxpool.convert```); :func:`plain_roles` turns each
 such role in a rendered page into the code it names (``~`` keeping the last name only), so no raw role
 reaches the reader. ``tests/test_docs.py`` checks the built API page for any left.
+
+:func:`label_cells` gives every table cell its column's name (``data-label``), which
+``docs/stylesheets/extra.css`` shows beside the value where a narrow screen reflows the table into cards.
 """
 
 from __future__ import annotations
 
+import html as markup
 import re
 import shlex
 import sys
@@ -42,8 +46,31 @@ def plain_roles(html: str) -> str:
     return ROLE.sub(lambda match: f"<code>{match.group(2).rsplit('.', 1)[-1] if match.group(1) else match.group(2)}</code>", html)
 
 
+TABLE = re.compile(r"<table>(.*?)</table>", re.DOTALL)
+HEADER_CELL = re.compile(r"<th[^>]*>(.*?)</th>", re.DOTALL)
+ROW = re.compile(r"<tr>(.*?)</tr>", re.DOTALL)
+CELL = re.compile(r"<td(?=[\s>])")
+
+
+def label_cells(html: str) -> str:
+    """Each ``<td>`` of a plain table gets ``data-label``: its column's header, as text."""
+
+    def label_table(table: re.Match[str]) -> str:
+        names = [
+            markup.escape(markup.unescape(re.sub(r"<[^>]+>", "", cell)).strip()) for cell in HEADER_CELL.findall(table.group(1))
+        ]
+
+        def label_row(row: re.Match[str]) -> str:
+            columns = iter(names)
+            return "<tr>" + CELL.sub(lambda _: f'<td data-label="{next(columns, "")}"', row.group(1)) + "</tr>"
+
+        return "<table>" + ROW.sub(label_row, table.group(1)) + "</table>"
+
+    return TABLE.sub(label_table, html)
+
+
 def on_page_content(html: str, page, config, files) -> str:  # noqa: ANN001 (MkDocs' hook signature)
-    html = plain_roles(html)
+    html = label_cells(plain_roles(html))
     if page is not None and page.file.src_uri.startswith("results/zoo-"):  # docs/stylesheets/extra.css
         html = f'<div class="fxpool-zoo">{html}</div>'
     return html
