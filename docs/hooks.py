@@ -2,8 +2,10 @@
 package's reST cross-reference roles rendered as code.
 
 A page writes ``<!-- fxpool-table: zoo data/zoo-torchvision.json "Title" -->`` (or ``bench FILE``,
-``runtimes FILE``) where a table belongs; the hook replaces the marker with what
-:mod:`model_zoo_checks.tables` renders from that file, so the pages cannot drift from the runs.
+``runtimes FILE``) where a table belongs, and ``<!-- fxpool-caption: pools data/bench.json -->`` under a
+figure of ``docs/figures/`` (``make figures`` draws them from the same files); the hook replaces the
+marker with what :mod:`model_zoo_checks.tables` renders from that file, so the pages cannot drift from
+the runs.
 A marker naming a missing file fails the (strict) build.
 
 The package's docstrings are Markdown with Google-style sections (mkdocs.yml configures mkdocstrings so),
@@ -27,18 +29,26 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from model_zoo_checks import tables  # noqa: E402 (after the path it needs)
 
-MARKER = re.compile(r"<!-- fxpool-table: (.+?) -->")
+# A marker on a line of its own; indented (inside a collapsible block), what it renders is indented alike.
+MARKER = re.compile(r"^([ \t]*)<!-- fxpool-(table|caption): (.+?) -->", re.MULTILINE)
 # A reST role as Markdown renders it: the role name, then the inline code of its target.
 ROLE = re.compile(r":(?:py:)?(?:func|class|meth|attr|mod|data|exc|obj|const):<code>(~?)([^<]+)</code>")
 
 
-def render(arguments: str) -> str:
+def render(marker: str, arguments: str) -> str:
+    if marker == "caption":  # NAME FILE: the lines under a figure, from the data it was drawn from
+        name, path = shlex.split(arguments)
+        return tables.render("caption", ROOT / "docs" / path, name)
     kind, path, *rest = shlex.split(arguments)
     return tables.render(kind, ROOT / "docs" / path, *rest)
 
 
+def indented(text: str, indent: str) -> str:
+    return "\n".join(indent + line if line else line for line in text.splitlines())
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ANN001 (MkDocs' hook signature)
-    return MARKER.sub(lambda match: render(match.group(1)), markdown)
+    return MARKER.sub(lambda match: indented(render(match.group(2), match.group(3)), match.group(1)), markdown)
 
 
 def plain_roles(html: str) -> str:
