@@ -187,7 +187,7 @@ def runtimes_figure(results: dict[str, Any]) -> Figure | None:
         for offset, form in enumerate(("original", "fxpool")):
             grid[models.index(r["model"])][column + offset] = keys.index(outcome(r[form]))
     with matplotlib.rc_context(STYLE):
-        figure = Figure(figsize=(1.6 + 1.3 * len(runtimes), 1.5 + 0.3 * len(models)), layout="constrained")
+        figure = Figure(figsize=(max(4.5, 2.6 + 1.3 * len(runtimes)), 1.5 + 0.3 * len(models)), layout="constrained")
         ax = figure.subplots()
         colours = ListedColormap([colour for _, colour in styles])
         ax.imshow(grid, cmap=colours, vmin=-0.5, vmax=len(keys) - 0.5, aspect="auto")
