@@ -136,7 +136,7 @@ def convert_figure(results: dict[str, Any]) -> Figure | None:
         values = [r["convert_over_forward"] for r in rows]
         bars = time_ax.barh(ys, values, height=0.6, color=FXPOOL)
         time_ax.bar_label(bars, [f"{v:.1f}" for v in values], padding=2, fontsize=7)
-        time_ax.set_title("fxpool.convert's time, in eager forwards of the model")
+        time_ax.set_title("time, in eager forwards of the model")
         time_ax.set_yticks(list(ys), [r["model"] for r in rows])
         time_ax.set_ylim(len(rows) - 0.5, -0.5)
         time_ax.grid(axis="x", alpha=0.3)
@@ -154,7 +154,7 @@ def convert_figure(results: dict[str, Any]) -> Figure | None:
                 label="fxpool.convert",
             )
             memory_ax.bar_label(bars, [f"{r['convert_peak_MB']:.0f}" for r in memory], padding=2, fontsize=7)
-            memory_ax.set_title("peak memory above the loaded model, MB")
+            memory_ax.set_title("peak memory above the model, MB")
             memory_ax.legend(loc="lower right", frameon=False)
             memory_ax.grid(axis="x", alpha=0.3)
         else:

@@ -308,9 +308,12 @@ def _ops_cell(run: RuntimeRun) -> str:
     return text + (f"; {run.delegated}" if run.delegated else "")
 
 
-def _run_cell(run: RuntimeRun) -> str:
+def _run_cell(run: RuntimeRun, code: bool = False) -> str:
+    """What happened, in words; ``code``: the converter's reason as Markdown code (the docs' tables let a
+    long op name or address in code break anywhere)."""
     if not run.converted:
-        return f"does not convert: {run.reason}"
+        reason = "`" + str(run.reason).replace("`", "'") + "`" if code else run.reason
+        return f"does not convert: {reason}"
     if run.ran is None:
         return f"converts; {run.reason}"
     verdict = "exact" if run.exact else "OFF"
@@ -333,7 +336,13 @@ def _rows_table(rows: Sequence[Row], with_runtime: bool) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         cells = [row.runtime] if with_runtime else []
-        cells += [row.model, _run_cell(row.original), _ops_cell(row.original), _run_cell(row.fxpool), _ops_cell(row.fxpool)]
+        cells += [
+            row.model,
+            _run_cell(row.original, True),
+            _ops_cell(row.original),
+            _run_cell(row.fxpool, True),
+            _ops_cell(row.fxpool),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
