@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: zoo test test-all lint docs bench runtimes gpu-checks gpu-wheels clean
+.PHONY: zoo test test-all lint docs figures bench runtimes gpu-checks gpu-wheels clean
 
 RT_VENV := .venv-runtimes
 RT_STAMP := $(RT_VENV)/.installed
@@ -33,7 +33,11 @@ lint: $(STAMP)  ## ruff (lint and format) over everything, mypy over the package
 docs: $(STAMP)  ## the documentation site in site/ (strict: a broken reference or a missing result fails)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
-bench: $(RT_STAMP)  ## the benchmark suite (writes reports/bench.json); in the runtimes' venv, for ExecuTorch and NNCF
+figures: $(STAMP)  ## the site's figures drawn again from the kept reports in docs/data/ (nothing is measured)
+	$(PY) -m model_zoo_checks.figures bench docs/data/bench.json --out docs/figures --formats svg
+	$(PY) -m model_zoo_checks.figures runtimes docs/data/runtimes.json --out docs/figures --formats svg
+
+bench: $(RT_STAMP)  ## the benchmark suite (writes reports/bench.json and its figures); in the runtimes' venv, for ExecuTorch and NNCF
 	PYTHONPATH=$(CURDIR) $(RT_VENV)/bin/python -m model_zoo_checks.benchmarks $(BENCH_ARGS)
 
 # The deployment runtimes go into a venv layered over .venv (its packages stay visible; the runtimes'

@@ -1,11 +1,13 @@
 """The record of every decision ``convert`` makes: one :class:`PoolRecord` per adaptive pool found.
 
-A :class:`ConversionReport` prints as a table, converts to plain dicts for JSON, and is reachable
-from a converted module through :func:`report_of`.
+A :class:`ConversionReport` prints within :data:`REPORT_WIDTH` columns (a block per pool), converts to
+plain dicts for JSON with every field whole, and is reachable from a converted module through
+:func:`report_of`.
 """
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import asdict, dataclass
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -15,6 +17,7 @@ from torch import nn
 from .checking import SelfCheck
 
 REPORT_ATTRIBUTE = "fxpool_report"
+REPORT_WIDTH = 100  # columns of a terminal the printed report fits; to_dict() keeps every text whole
 
 
 @dataclass(frozen=True)
@@ -103,25 +106,19 @@ class ConversionReport:
             "proved_by": self.proved_by,
         }
 
-    def table(self) -> str:
-        """A plain-text table, one row per pool."""
-        header = ("location", "op", "input", "output", "replacement", "why")
-        rows = [header] + [
-            (
-                r.location,
-                r.op,
-                _shape(r.input_shape),
-                r.output_size,
-                r.replacement
-                + (f"; in ONNX: {r.onnx_replacement}" if r.onnx_replacement else "")
-                + ("" if r.converted else " (export: fxpool translation)" if r.export_translated else " (!)"),
-                r.reason,
+    def table(self, width: int = REPORT_WIDTH) -> str:
+        """A block per pool, every line within ``width`` columns: where the pool is, its op and sizes, then
+        what replaced it, the form ONNX export runs where it has one of its own, and why (long texts wrap
+        under their label)."""
+        lines: list[str] = []
+        for r in self.records:
+            lines += _wrap(f"{r.location}  {r.op}  {_shape(r.input_shape)} -> {r.output_size}", width, "", "    ")
+            replacement = r.replacement + (
+                "" if r.converted else " (export: fxpool translation)" if r.export_translated else " (!)"
             )
-            for r in self.records
-        ]
-        widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
-        lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths)) + "  " + row[-1] for row in rows]
-        lines.insert(1, "  ".join("-" * w for w in widths) + "  " + "-" * 3)
+            for label, text in (("replacement", replacement), ("in ONNX", r.onnx_replacement), ("why", r.reason)):
+                if text:
+                    lines += _wrap(text, width, f"    {label:<13}", " " * 17)
         return "\n".join(lines)
 
     def summary(self) -> str:
@@ -160,16 +157,23 @@ class ConversionReport:
         )
 
     def __str__(self) -> str:
-        parts = [self.summary()]
+        """The summary, a block per pool and the self-check, within :data:`REPORT_WIDTH` columns."""
+        parts = ["\n".join(_wrap(self.summary(), REPORT_WIDTH, "", "  "))]
         if self.records:
             parts.append(self.table())
         if self.check is not None:
-            parts.append(self.check.summary())
+            parts += ["\n".join(_wrap(line, REPORT_WIDTH, "", "  ")) for line in self.check.summary().splitlines()]
         return "\n".join(parts)
 
 
 def _shape(shape: tuple[int, ...] | None) -> str:
     return "?" if shape is None else "x".join(map(str, shape))
+
+
+def _wrap(text: str, width: int, first: str, rest: str) -> list[str]:
+    """``text`` in lines of at most ``width`` columns, the first after ``first``, the others after ``rest``;
+    a word longer than a line (a deep module path) is broken."""
+    return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False) or [first.rstrip()]
 
 
 # The reports of converted torch.export programs (ExportedProgram objects carry no attributes of ours).

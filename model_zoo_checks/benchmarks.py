@@ -30,7 +30,8 @@ repeat, after a warm-up, and the median of the repeats is reported. Sections:
   ``bench-logs/quantization.log`` beside ``--out``).
 
 Run ``python -m model_zoo_checks.benchmarks`` (``make bench``); results go to ``reports/bench.json``
-and print as markdown tables.
+and print as markdown tables; the figures of :mod:`model_zoo_checks.figures` go beside the JSON
+(``reports/bench-pools.svg`` and ``.png``, ``bench-convert``).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from fxpool.exporting import exporter_reason
 from fxpool.planning import choose_plan
 
 from . import model_benchmarks, quantization
-from .options import DTYPES, add_device_options, device_and_dtypes, ort_sessions
+from .options import DTYPES, add_device_options, device_and_dtypes, draw_figures, ort_sessions, run_facts
 from .timing import side_by_side
 
 # (name, family, input shape, output size)
@@ -547,6 +548,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "threads": torch.get_num_threads(),
         "repeats": args.repeats,
         "device_name": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu",
+        **run_facts(),
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -556,6 +558,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(HEADERS.get(section, ""), end="")
         results[section] = run_section(section, args, device, dtypes)
         out.write_text(json.dumps(results, indent=2))  # after every section: a run cut short keeps what it measured
+    draw_figures("gpu" if device.startswith("cuda") else "bench", results, out)
     return 0
 
 

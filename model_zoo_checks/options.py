@@ -1,8 +1,14 @@
-"""What the sweep and the benchmarks share: the dtype table, the device/dtype options, onnxruntime sessions."""
+"""What the sweep and the benchmarks share: the dtype table, the device/dtype options, onnxruntime sessions,
+and the words that say what a run measured on."""
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import os
+import platform
+import re
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -48,3 +54,30 @@ def ort_sessions(paths: dict[str, str], provider: str = "CPUExecutionProvider", 
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.intra_op_num_threads = threads
     return {name: onnxruntime.InferenceSession(path, options, providers=[provider]) for name, path in paths.items()}
+
+
+def run_facts() -> dict[str, Any]:
+    """What a report says of its run beyond the numbers: the day and the CPU (``AMD EPYC, 2 cores``)."""
+    cpuinfo = Path("/proc/cpuinfo")
+    model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo.read_text(), re.MULTILINE) if cpuinfo.is_file() else None
+    name = (model.group(1) if model else platform.processor()).strip() or platform.machine()
+    return {"date": datetime.date.today().isoformat(), "cpu": f"{name}, {os.cpu_count()} cores"}
+
+
+def without_machine_paths(text: str) -> str:
+    """``text`` with the absolute paths of this machine cut to what a reader can place: an installed
+    package's file from its package on (``torch/nn/modules/pooling.py``), anything else to its name."""
+    text = re.sub(r"(?:[A-Za-z]:)?[/\\][^\s:'\"]*?[/\\](?:site|dist)-packages[/\\]", "", text)
+    return re.sub(r"(?<![\w./:])/(?:[^\s/:'\"]+/)+([^\s/:'\"]+)", r"\1", text)
+
+
+def draw_figures(kind: str, results: dict[str, Any], report: Path, out: Any = None) -> None:
+    """The figures of a report (:mod:`model_zoo_checks.figures`) beside it, SVG and PNG; said on ``out``
+    (default stdout). Without matplotlib (an optional dependency) it says so and draws nothing."""
+    try:
+        from .figures import write_figures
+    except ImportError as error:
+        print(f"no figures: {error} (matplotlib is in the zoo and test extras)", file=out)
+        return
+    for path in write_figures(kind, results, report.parent, report.stem):
+        print(f"wrote {path}", file=out)

@@ -35,6 +35,8 @@ from torch import nn
 import fxpool
 
 from .capture import captured, console
+from .options import draw_figures, run_facts, without_machine_paths
+from .tables import RUNTIME_NAMES
 
 # Largest |runtime - PyTorch| allowed, relative to the output's largest magnitude (at least 1): float32
 # runtimes reorder sums and fuse ops; max pooling alone is compared bit for bit.
@@ -119,8 +121,9 @@ class Row:
 
 
 def _first_line(error: BaseException) -> str:
+    """The error's first line, uncoloured, without this machine's paths (the report is published)."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip().splitlines()  # exporters colour their messages
-    return f"{type(error).__name__}: {text[0][:240] if text else ''}"
+    return without_machine_paths(f"{type(error).__name__}: {text[0][:240] if text else ''}")
 
 
 def _error(ours: torch.Tensor, expected: torch.Tensor, exact: bool) -> tuple[float, float]:
@@ -305,22 +308,42 @@ def _ops_cell(run: RuntimeRun) -> str:
     return text + (f"; {run.delegated}" if run.delegated else "")
 
 
-def _run_cell(run: RuntimeRun) -> str:
+def _run_cell(run: RuntimeRun, code: bool = False) -> str:
+    """What happened, in words; ``code``: the converter's reason as Markdown code (the docs' tables let a
+    long op name or address in code break anywhere)."""
     if not run.converted:
-        return f"does not convert: {run.reason}"
+        reason = "`" + str(run.reason).replace("`", "'") + "`" if code else run.reason
+        return f"does not convert: {reason}"
     if run.ran is None:
         return f"converts; {run.reason}"
     verdict = "exact" if run.exact else "OFF"
     return f"runs, error {run.max_error:.1e} ({verdict})"
 
 
-def markdown(rows: Sequence[Row]) -> str:
-    lines = ["| runtime | model | original | original's program | fxpool | fxpool's program |", "|---|---|---|---|---|---|"]
-    for row in rows:
-        lines.append(
-            f"| {row.runtime} | {row.model} | {_run_cell(row.original)} | {_ops_cell(row.original)} | "
-            f"{_run_cell(row.fxpool)} | {_ops_cell(row.fxpool)} |"
+def markdown(rows: Sequence[Row], by_runtime: bool = False) -> str:
+    """One table of every row; ``by_runtime``: a table per runtime under its heading, without the runtime column."""
+    if by_runtime:
+        runtimes = dict.fromkeys(row.runtime for row in rows)
+        return "\n".join(
+            f"### {RUNTIME_NAMES.get(r, r)}\n\n" + _rows_table([row for row in rows if row.runtime == r], False) for r in runtimes
         )
+    return _rows_table(rows, True)
+
+
+def _rows_table(rows: Sequence[Row], with_runtime: bool) -> str:
+    first = ["runtime"] if with_runtime else []
+    header = [*first, "model", "original", "original's program", "fxpool", "fxpool's program"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        cells = [row.runtime] if with_runtime else []
+        cells += [
+            row.model,
+            _run_cell(row.original, True),
+            _ops_cell(row.original),
+            _run_cell(row.fxpool, True),
+            _ops_cell(row.fxpool),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -350,9 +373,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flush=True,
             )
     report.mkdir(parents=True, exist_ok=True)
-    (report / "runtimes.json").write_text(
-        json.dumps({"torch": torch.__version__, "skipped": skipped, "rows": [asdict(r) for r in rows]}, indent=2)
-    )
+    results = {"torch": torch.__version__, **run_facts(), "skipped": skipped, "rows": [asdict(r) for r in rows]}
+    (report / "runtimes.json").write_text(json.dumps(results, indent=2))
+    draw_figures("runtimes", results, report / "runtimes.json", out)
     text = markdown(rows) + "".join(f"\n{r}: skipped, {why}\n" for r, why in skipped.items())
     (report / "runtimes.md").write_text(text)
     failed = [r for r in rows if not (r.fxpool.converted and r.fxpool.ran is not False and r.fxpool.exact is not False)]

@@ -16,6 +16,7 @@ from the run it reports.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import statistics
 import sys
@@ -188,16 +189,65 @@ def zoo_markdown(cases: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def bench_markdown(results: dict[str, Any]) -> str:
-    """The sections of one benchmark run, each as its table."""
-    lines = [
-        f"Measured with torch {results.get('torch')} on {results.get('device_name', 'cpu')}, "
-        f"{results.get('threads')} threads, medians of {results.get('repeats')} alternating repeats.",
+def when(results: dict[str, Any]) -> str:
+    """The run's date as a reader writes it (``6 December 2026``), or "" where the report has none."""
+    if not results.get("date"):
+        return ""
+    day = datetime.date.fromisoformat(results["date"])
+    return f"{day.day} {day:%B %Y}"
+
+
+def device_words(results: dict[str, Any]) -> str:
+    """What the run measured on: ``the CPU (AMD EPYC, 2 cores), 2 threads``, or the GPU's name."""
+    device = results.get("device_name") or "cpu"
+    if device != "cpu":
+        return device
+    cpu = f" ({results['cpu']})" if results.get("cpu") else ""
+    threads = f", {results['threads']} threads" if results.get("threads") else ""
+    return f"the CPU{cpu}{threads}"
+
+
+def measured_by(results: dict[str, Any], command: str) -> str:
+    """One line naming the run: the command, its date, torch and the device (a figure's footer)."""
+    date = when(results)
+    return f"{command}{f' of {date}' if date else ''}, torch {results.get('torch', '?')}, {device_words(results)}"
+
+
+BENCH_SECTIONS = ("run", "pools", "runtime", "convert", "models", "compile", "avgforms", "maxforms", "quantization", "aoti")
+
+
+def bench_markdown(results: dict[str, Any], sections: Sequence[str] = ()) -> str:
+    """The sections of one benchmark run, each as its table under its heading; or only ``sections``
+    (:data:`BENCH_SECTIONS`), without their headings, for a page that writes its own."""
+    chunks = bench_chunks(results)
+    if not sections:
+        return "\n".join(line for chunk in chunks.values() for line in chunk)
+    unknown = set(sections) - set(BENCH_SECTIONS)
+    if unknown:
+        raise ValueError(f"unknown benchmark sections {sorted(unknown)} (known: {', '.join(BENCH_SECTIONS)})")
+    picked = []
+    for section in sections:
+        chunk = chunks.get(section, [])
+        if chunk and chunk[0].startswith("## ") and section != "runtime":  # (one heading per thread count)
+            chunk = chunk[2:]  # the page's own heading stands in for it
+        if section == "runtime":  # a heading per thread count, under the page's heading of the section
+            chunk = runtime_markdown((results.get("pools") or {}).get("cases", []), heading="### {threads}")
+        picked += [line.replace("## ", "### ", 1) if line.startswith("## ") else line for line in chunk]
+    return "\n".join(picked)
+
+
+def bench_chunks(results: dict[str, Any]) -> dict[str, list[str]]:
+    """Each section's markdown lines (:data:`BENCH_SECTIONS`), those with data only."""
+    date = when(results)
+    chunks: dict[str, list[str]] = {}
+    chunks["run"] = [
+        f"Measured{f' on {date}' if date else ''} with torch {results.get('torch')} on {device_words(results)}, "
+        f"medians of {results.get('repeats')} alternating repeats.",
         "",
     ]
     pools = (results.get("pools") or {}).get("cases", [])
     if pools:
-        lines += ["## Each pool, converted over native", ""]
+        lines = chunks["pools"] = ["## Each pool, converted over native", ""]
         lines += _table(
             ("case", "dtype", "forward", "forward+backward", "onnxruntime: stock dynamo graph / fxpool's"),
             [
@@ -211,9 +261,10 @@ def bench_markdown(results: dict[str, Any]) -> str:
                 for r in pools
             ],
         ) + [""]
-    lines += runtime_markdown(pools)
+    if runtime := runtime_markdown(pools):
+        chunks["runtime"] = runtime
     if results.get("convert"):
-        lines += ["## Conversion cost", ""]
+        lines = chunks["convert"] = ["## Conversion cost", ""]
         lines += _table(
             ("model", "input", "pools", "forward ms", "convert / forward", "peak MB"),
             [
@@ -233,7 +284,7 @@ def bench_markdown(results: dict[str, Any]) -> str:
         ("compile", "torch.compile(fullgraph=True), converted over original"),
     ):
         if results.get(key):
-            lines += [f"## {title}", ""]
+            lines = chunks[key] = [f"## {title}", ""]
             lines += _table(
                 ("case", "dtype", "original ms", "converted ms", "ratio"),
                 [
@@ -243,7 +294,7 @@ def bench_markdown(results: dict[str, Any]) -> str:
             ) + [""]
     if results.get("avgforms"):
         forms = ("sliding", "slices", "gather", "window", "window_dynamo")
-        lines += [
+        lines = chunks["avgforms"] = [
             "## The exact average forms in onnxruntime, and the planner's pick",
             "",
             "Each exact form of a general average axis exported alone (TorchScript exporter) and timed side by "
@@ -272,7 +323,7 @@ def bench_markdown(results: dict[str, Any]) -> str:
             ],
         ) + [""]
     if results.get("maxforms"):
-        lines += [
+        lines = chunks["maxforms"] = [
             "## The max family's two layouts in onnxruntime, and the planner's pick",
             "",
             "ONNX export's window maxima of a general max pool exported alone (TorchScript exporter) in the "
@@ -308,7 +359,7 @@ def bench_markdown(results: dict[str, Any]) -> str:
     if results.get("quantization"):
         from .quantization import GRAPHS, QUANTIZERS, bound_cell
 
-        lines += [
+        lines = chunks["quantization"] = [
             "## Quantization: relative L2 error against the float model",
             "",
             'One table per quantizer; "-": no such graph, or the quantizer or its runtime cannot take it '
@@ -322,19 +373,21 @@ def bench_markdown(results: dict[str, Any]) -> str:
                 rows.append([row["case"], *cells, bound_cell(row, quantizer)])
             lines += [f"### {quantizer}", ""] + _table(("case", *GRAPHS, "within bound"), rows) + [""]
     if results.get("aoti"):
-        lines += ["## AOTInductor packages, converted over original", ""]
+        lines = chunks["aoti"] = ["## AOTInductor packages, converted over original", ""]
         lines += _table(
             ("model", "max abs error (output scale)", "ratio"),
             [(r["case"], f"{r['max_abs_error']:.1e} ({r['scale']:.1f})", _fmt(r["ratio"])) for r in results["aoti"]],
         ) + [""]
-    return "\n".join(lines)
+    return chunks
 
 
 def _over(row: dict[str, Any], a: str, b: str, spec: str = ".2f") -> str:
     return _fmt(row[a] / row[b], spec) if row.get(a) and row.get(b) else "-"
 
 
-def runtime_markdown(cases: Sequence[dict[str, Any]]) -> list[str]:
+def runtime_markdown(
+    cases: Sequence[dict[str, Any]], heading: str = "## Against OpenVINO's native op and the read-once floor, {threads}"
+) -> list[str]:
     """Per intra-op thread count, each pool's forward against OpenVINO's native op and the read-once
     floor, from :func:`model_zoo_checks.benchmarks.runtime_case` (keys ``t{threads}_...``): one table for
     onnxruntime, one for eager and ``dynamic=True``, each narrow enough for the page."""
@@ -344,19 +397,20 @@ def runtime_markdown(cases: Sequence[dict[str, Any]]) -> list[str]:
         rows = [case for case in cases if case.get(key + "ort_fxpool")]
         if not rows:
             continue
-        lines += [
-            f"## Against OpenVINO's native op and the read-once floor, {threads} thread{'s' if threads > 1 else ''}",
-            "",
-            "Ratios of forward times from one alternating run: over OpenVINO's native op on the original module "
-            "(below 1: fxpool is faster) and over the floor, one max over the spatial axes read once "
-            "(onnxruntime's ReduceMax; eager's amax for eager). onnxruntime ms: fxpool's graph (TorchScript "
-            'exporter). "steps graph": where ONNX export gets a form of its own (max pools with uneven windows, '
-            "average pools with uneven windows on small planes, windows tiling the axes in blocks of 16 or more), "
-            "the plan's steps exported instead: the gather + MaxPool form, the sliding AvgPools and window slices, "
-            "or the one AveragePool/MaxPool, that torch.export keeps. Static over "
-            "dynamic: fxpool's static graph over its dynamic=True graph.",
-            "",
-        ]
+        legend = not lines  # under the first thread count's heading only
+        lines += [heading.format(threads=f"{threads} thread{'s' if threads > 1 else ''}"), ""]
+        if legend:
+            lines += [
+                "Ratios of forward times from one alternating run: over OpenVINO's native op on the original module "
+                "(below 1: fxpool is faster) and over the floor, one max over the spatial axes read once "
+                "(onnxruntime's ReduceMax; eager's amax for eager). onnxruntime ms: fxpool's graph (TorchScript "
+                'exporter). "steps graph": where ONNX export gets a form of its own (max pools with uneven windows, '
+                "average pools with uneven windows on small planes, windows tiling the axes in blocks of 16 or more), "
+                "the plan's steps exported instead: the gather + MaxPool form, the sliding AvgPools and window slices, "
+                "or the one AveragePool/MaxPool, that torch.export keeps. Static over "
+                "dynamic: fxpool's static graph over its dynamic=True graph.",
+                "",
+            ]
         onnxruntime = [
             (
                 row["case"],
@@ -398,25 +452,153 @@ def gpu_markdown(folder: Path) -> str:
     return "\n".join(lines)
 
 
-def runtimes_markdown(results: dict[str, Any]) -> str:
-    """The runtime x model table of a ``make runtimes`` run (its runtimes.json)."""
+def runtimes_markdown(results: dict[str, Any], sections: Sequence[str] = ()) -> str:
+    """A ``make runtimes`` run (its runtimes.json): the line naming the run (``run``), then a table per
+    runtime (``tables``); both where ``sections`` is empty."""
     from .runtimes import Row, RuntimeRun, markdown
 
-    rows = [Row(r["runtime"], r["model"], RuntimeRun(**r["original"]), RuntimeRun(**r["fxpool"])) for r in results["rows"]]
-    skipped = "".join(f"\n{runtime}: skipped, {why}\n" for runtime, why in results.get("skipped", {}).items())
-    return f"Measured with torch {results.get('torch')}.\n\n" + markdown(rows) + skipped
+    parts = []
+    if not sections or "run" in sections:
+        date = when(results)
+        skipped = "".join(f" {RUNTIME_NAMES.get(r, r)}: skipped, {why}." for r, why in results.get("skipped", {}).items())
+        parts.append(
+            f"Measured{f' on {date}' if date else ''} with torch {results.get('torch')} on {device_words(results)}.{skipped}\n"
+        )
+    if not sections or "tables" in sections:
+        rows = [Row(r["runtime"], r["model"], RuntimeRun(**r["original"]), RuntimeRun(**r["fxpool"])) for r in results["rows"]]
+        parts.append(markdown(rows, by_runtime=True))
+    return "\n".join(parts)
+
+
+def _number(value: float) -> str:
+    """Two significant digits, as a reader says a ratio (0.06, 0.72, 3.4, 128)."""
+    return f"{value:.0f}" if value >= 10 else f"{value:.2f}" if value < 1 else f"{value:.1f}"
+
+
+def _range(values: Sequence[float], unit: str = "x") -> str:
+    low, high = _number(min(values)), _number(max(values))
+    return f"{low}{unit}" if low == high else f"{low}–{high}{unit}"
+
+
+def _lines(lines: Sequence[str]) -> str:
+    """One paragraph, a line break after each line (Markdown's two trailing spaces)."""
+    return "  \n".join(lines) + "\n"
+
+
+def pools_caption(results: dict[str, Any]) -> str:
+    """Three lines under the pools figure (:func:`model_zoo_checks.figures.pools_figure`), from its data."""
+    cases = [c for c in (results.get("pools") or {}).get("cases", []) if c.get("device", "cpu") == "cpu"]
+    threads = sorted({int(k[1 : k.index("_")]) for c in cases for k in c if k[:1] == "t" and k[1:2].isdigit()})
+    runs = [(c, f"t{t}_") for c in cases for t in threads if c.get(f"t{t}_openvino_native") and c.get(f"t{t}_ort_fxpool")]
+    if not runs:
+        return ""
+
+    def over(name: str, reference: str = "openvino_native") -> list[float]:
+        return [c[k + name] / c[k + reference] for c, k in runs if c.get(k + name) and c.get(k + reference)]
+
+    static, dynamic, floor = over("ort_fxpool"), over("ort_fxpool_dynamic"), over("ort_fxpool", "ort_floor")
+    native = f"t{results.get('threads')}_openvino_native"
+    stock = [c["ort_dynamo_original"] / c[native] for c in cases if c.get("ort_dynamo_original") and c.get(native)]
+    counts = " and ".join(map(str, threads))
+    lines = [
+        f"{len(cases)} pools exported to ONNX and run by onnxruntime: each forward's time over OpenVINO's native adaptive "
+        f"pool on the same input, at {counts} thread{'s' if threads[-1] > 1 else ''} (log scale; left of the orange "
+        "line is faster).",
+        f"fxpool's graph: {_range(static)} OpenVINO's time, faster in {sum(r < 1 for r in static)} of {len(static)} runs"
+        + (f"; with `dynamic=True`: {_range(dynamic)}" if dynamic else "")
+        + (
+            f"; the stock dynamo exporter's graph of the original, where there is one ({len(stock)} of {len(cases)}, "
+            f"{results.get('threads')} threads): {_range(stock)}."
+            if stock
+            else "."
+        ),
+        f"Grey ticks: the read-once floor, one max over the input; fxpool's graph takes {_range(floor)} its time, "
+        "nearest where the windows tile the plane in large blocks.",
+    ]
+    return _lines(lines)
+
+
+def convert_caption(results: dict[str, Any]) -> str:
+    """Three lines under the conversion-cost figure, from its data."""
+    rows = [r for r in results.get("convert") or [] if r.get("convert_over_forward")]
+    if not rows:
+        return ""
+    ratios = [r["convert_over_forward"] for r in rows]
+    memory = [r for r in rows if r.get("convert_peak_MB") is not None]
+    lines = [
+        f"`fxpool.convert` on {len(rows)} models of the five suites at their default input: its time in eager forwards "
+        "of the same model and input, and the peak memory it adds to the loaded model beside one forward's.",
+        f"Converting takes {_range(ratios, ' forwards')} (median {statistics.median(ratios):.1f}): it runs the model "
+        "on the example to find the pools, then again to check the conversion.",
+    ]
+    if memory:
+        most = max(memory, key=lambda r: r["convert_peak_MB"])
+        lines.append(
+            f"It adds at most {most['convert_peak_MB']:.0f} MB ({most['model']}, whose forward alone adds "
+            f"{most['forward_peak_MB']:.0f} MB)."
+        )
+    return _lines(lines)
+
+
+# What happened to one model form on one runtime (a RuntimeRun as runtimes.json holds it), best first.
+OUTCOMES = ("exact", "not run", "off", "fails")
+RUNTIME_NAMES = {
+    "executorch": "ExecuTorch",
+    "litert": "LiteRT",
+    "coreml": "Core ML",
+    "openvino": "OpenVINO",
+    "tensorrt": "TensorRT",
+}
+
+
+def outcome(run: dict[str, Any]) -> str:
+    """The :data:`OUTCOMES` entry of one run: converted and ran within the bound, converted but not run
+    here, ran outside the bound, or did not convert or run."""
+    if not run.get("converted") or run.get("ran") is False:
+        return "fails"
+    if run.get("ran") is None:
+        return "not run"
+    error, bound = run.get("max_error"), run.get("bound")
+    return "exact" if error is not None and bound is not None and error <= bound else "off"
+
+
+def runtimes_caption(results: dict[str, Any]) -> str:
+    """Three lines under the runtimes figure, from its data."""
+    rows = results.get("rows") or []
+    if not rows:
+        return ""
+    ours = [outcome(r["fxpool"]) for r in rows]
+    theirs = [outcome(r["original"]) for r in rows]
+    not_run = [r for r in rows if outcome(r["fxpool"]) == "not run"]
+    why_not = {f"{RUNTIME_NAMES.get(r['runtime'], r['runtime'])}: {r['fxpool'].get('reason') or 'not run'}" for r in not_run}
+    lines = [
+        f"{len({r['model'] for r in rows})} models, as written (original) and converted by fxpool, each through "
+        f"{len({r['runtime'] for r in rows})} deployment runtimes' converters and run against PyTorch's output.",
+        f"fxpool's conversion runs exactly in {ours.count('exact')} of {len(rows)} cases"
+        + (f" and converts in the other {len(not_run)} ({'; '.join(sorted(why_not))})" if not_run else "")
+        + f"; {theirs.count('fails')} of the originals do not convert or do not run.",
+        "Green: within 1e-4 of the output's largest magnitude (max pooling: bit for bit); light green: converted, "
+        "not run; red: refused by the converter or the runtime.",
+    ]
+    return _lines(lines)
+
+
+CAPTIONS = {"pools": pools_caption, "convert": convert_caption, "runtimes": runtimes_caption}
 
 
 def render(kind: str, path: Path, *arguments: str) -> str:
-    """The markdown of one docs marker: ``zoo``/``bench``/``runtimes``/``gpu`` of the report at ``path``."""
+    """The markdown of one docs marker: ``zoo``/``bench``/``runtimes``/``gpu`` of the report at ``path``, or
+    ``caption NAME`` of a figure (:data:`CAPTIONS`)."""
     if not path.exists():
         raise FileNotFoundError(f"the docs ask for a {kind} table of {path}, which does not exist")
+    if kind == "caption":
+        return CAPTIONS[arguments[0]](json.loads(path.read_text()))
     if kind == "zoo":
         return zoo_markdown(load_cases([path]))
     if kind == "bench":
-        return bench_markdown(json.loads(path.read_text()))
+        return bench_markdown(json.loads(path.read_text()), arguments)
     if kind == "runtimes":
-        return runtimes_markdown(json.loads(path.read_text()))
+        return runtimes_markdown(json.loads(path.read_text()), arguments)
     if kind == "gpu":
         return gpu_markdown(path)
     raise ValueError(f"unknown table kind {kind!r} (zoo, bench, runtimes, gpu)")

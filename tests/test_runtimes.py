@@ -60,7 +60,13 @@ def test_a_run_is_exact_only_within_its_bound() -> None:
         runtimes.RuntimeRun(True, True, 1e-3, 1e-4, {"GATHER_ND": 2, "ADD": 1}),
     )
     table = runtimes.markdown([off])
-    assert "does not convert: E: no" in table and "(OFF)" in table and "3 ops (GATHER_ND x2)" in table
+    assert "does not convert: `E: no`" in table and "(OFF)" in table and "3 ops (GATHER_ND x2)" in table
+    assert runtimes.markdown([off], by_runtime=True).startswith("### r\n\n| model | original |")
+
+
+def test_a_refusal_is_told_without_this_machines_paths() -> None:
+    error = ValueError("\x1b[31m/work/main/.venv/lib/python3.11/site-packages/torch/nn/modules/pooling.py:1554:0: bad\x1b[0m\nmore")
+    assert runtimes._first_line(error) == "ValueError: torch/nn/modules/pooling.py:1554:0: bad"
 
 
 def test_an_absent_runtime_is_said_so() -> None:
