@@ -20,6 +20,7 @@ exporter writes opset 18 where it is asked for less. The exporters' log records 
 from __future__ import annotations
 
 import ast
+import functools
 import logging
 import os
 import re
@@ -408,12 +409,24 @@ class _HookOptions:
 _hooks_here = threading.local()  # .active: this thread's entered hooks, innermost last
 _hooks_entered = 0  # across threads; torch.onnx.export is patched while above 0
 _unpatched_export: Callable[..., Any] | None = None
+_patched_export: Callable[..., Any] | None = None  # what torch.onnx.export is while patched
 
 
-def _hooked_export(model: Any, args: Any = (), f: Any = None, *rest: Any, **kwargs: Any) -> Any:
+def _patch_for(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.onnx.export``'s stand-in while a hook is entered, with its name, docstring and signature
+    (``functools.wraps``: ``inspect.signature`` follows ``__wrapped__``). Callers read the signature:
+    timm's ``onnx_export`` looks for a ``dynamo`` parameter, and takes the TorchScript exporter, or
+    asserts, where it finds none."""
+
+    @functools.wraps(original)
+    def export(model: Any, args: Any = (), f: Any = None, *rest: Any, **kwargs: Any) -> Any:
+        return _hooked_export(original, model, args, f, *rest, **kwargs)
+
+    return export
+
+
+def _hooked_export(original: Callable[..., Any], model: Any, args: Any = (), f: Any = None, *rest: Any, **kwargs: Any) -> Any:
     """``torch.onnx.export`` while some hook is entered: converts in threads that entered one."""
-    original = _unpatched_export
-    assert original is not None
     active: list[_HookOptions] = getattr(_hooks_here, "active", [])
     if not active:
         return original(model, args, f, *rest, **kwargs)
@@ -443,12 +456,12 @@ def onnx_export_hook(*, strict: bool = False, dynamic: bool = False) -> Iterator
     applies to the thread that entered it: other threads' exports run unchanged. Blocks may nest and
     may be left in any order; ``torch.onnx.export`` is restored when the last one is left.
     """
-    global _hooks_entered, _unpatched_export
+    global _hooks_entered, _unpatched_export, _patched_export
     options = _HookOptions(strict, dynamic)
     with LOCK:
         if _hooks_entered == 0:
             _unpatched_export = torch.onnx.export
-            torch.onnx.export = _hooked_export
+            _patched_export = torch.onnx.export = _patch_for(_unpatched_export)
         _hooks_entered += 1
     if not hasattr(_hooks_here, "active"):
         _hooks_here.active = []
@@ -461,5 +474,6 @@ def onnx_export_hook(*, strict: bool = False, dynamic: bool = False) -> Iterator
         with LOCK:
             _hooks_entered -= 1
             if _hooks_entered == 0:
-                if torch.onnx.export is _hooked_export and _unpatched_export is not None:  # else: leave theirs
+                if torch.onnx.export is _patched_export and _unpatched_export is not None:  # else: leave theirs
                     torch.onnx.export = _unpatched_export
+                _patched_export = None

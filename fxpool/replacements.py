@@ -182,7 +182,9 @@ def check_input(x: torch.Tensor, expected: tuple[int | None, ...], location: str
     at another size than the conversion's would compute wrong values. A spatial size left symbolic
     by ``torch.export`` (a dynamic axis) cannot be checked and is refused.
     """
-    if type(x) is torch.Tensor and not torch.jit.is_tracing() and x.is_floating_point():  # eager: the common case
+    # Eager, the common case; and torch.compile, whose guards on the sizes compared hold at run time. Not
+    # torch.export's strict (dynamo) tracing: there such a guard becomes a runtime assertion ONNX drops.
+    if type(x) is torch.Tensor and not torch.jit.is_tracing() and not torch.compiler.is_exporting() and x.is_floating_point():
         spatial_sizes = x.shape[-len(expected) :]
         if (
             len(spatial_sizes) == len(expected)
@@ -197,7 +199,7 @@ def check_input(x: torch.Tensor, expected: tuple[int | None, ...], location: str
         )
     shape = tuple(_static_size(s) for s in x.shape)
     spatial = shape[len(shape) - len(expected) :]
-    if any(is_concrete_int(s) and s == 0 for s in spatial):
+    if any(_known(s == 0) for s in spatial):
         raise PoolCallError(
             f"{_named(location)}: input of shape {shape} has an empty spatial axis; adaptive pooling needs non-zero "
             f"spatial sizes, as the original pool does."
@@ -206,14 +208,15 @@ def check_input(x: torch.Tensor, expected: tuple[int | None, ...], location: str
         return x
     seen = spatial
     traced = tuple("*" if e is None else e for e in expected)
-    if any(e is not None and not is_concrete_int(s) for e, s in zip(expected, seen)):
+    if any(e is not None and not (_known(s == e) or _known(s != e)) for e, s in zip(expected, seen)):
         raise SpatialSizeError(
             f"{_named(location)}: this replacement was specialised for spatial size {traced}, but it is being "
             f"exported with a dynamic spatial size ({shape}); the graph would be wrong at "
             f"other sizes. Keep spatial axes static, or convert with dynamic=True "
-            f"(fxpool.export(..., dynamic=True)) for one graph exact at every size."
+            f"(fxpool.convert(model, example, dynamic=True), fxpool.export(..., dynamic=True), "
+            f"fxpool.onnx_export_hook(dynamic=True)) for one graph exact at every size."
         )
-    if len(shape) < len(expected) or any(e is not None and e != s for e, s in zip(expected, seen)):
+    if len(shape) < len(expected) or any(e is not None and not _known(s == e) for e, s in zip(expected, seen)):
         raise SpatialSizeError(
             f"{_named(location)}: this replacement was specialised for spatial size {traced} but got input of "
             f"shape {shape} (spatial {seen}). Convert again with an example input of this "
@@ -223,17 +226,20 @@ def check_input(x: torch.Tensor, expected: tuple[int | None, ...], location: str
     return x
 
 
-def is_concrete_int(size: object) -> bool:
-    """``size`` is a known integer: an int, or a SymInt that torch.export has pinned to one."""
-    if isinstance(size, int):
-        return True
-    if not isinstance(size, torch.SymInt):
-        return False
-    # A SymInt means torch.export already imported the symbolic-shapes machinery: importing it here is
-    # free, while importing it with fxpool costs a fresh process 0.5-0.7 s (sympy).
-    from torch.fx.experimental.symbolic_shapes import is_concrete_int as concrete
+def _known(condition: Any) -> bool:
+    """``condition`` (about sizes) holds whatever a symbolic size turns out to be, without adding a guard.
 
-    return bool(concrete(size))
+    Under ``torch.export`` a comparison of a symbolic size becomes a guard (a constraint on the dynamic
+    dimension, or a runtime assertion that ONNX export drops); ``statically_known_true`` decides it from
+    what is known alone, in strict (dynamo) and non-strict tracing both (dynamo even reports a SymInt as
+    an int). Elsewhere sizes are ints, or torch.compile's SymInts, whose guards hold at run time.
+    """
+    if not torch.compiler.is_exporting():
+        return bool(condition)
+    # Only tracers that make symbolic sizes reach here, and they have imported it (sympy; 0.5 s otherwise).
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return bool(statically_known_true(condition))
 
 
 def _named(location: str) -> str:
@@ -395,7 +401,7 @@ class ExactAdaptivePool(nn.Module):
             return self._native(x)
         if not eager and torch.jit.is_tracing() and any(e is not None for e in self.expected_sizes):
             if torch.onnx.is_in_onnx_export():
-                x = onnx_size_guard(x, self.expected_sizes)
+                x = onnx_size_guard(x, self.expected_sizes, self.location)
             else:
                 x = traced_size_check(x, self.expected_sizes, self.location)
         if not eager and self.plan.onnx_steps and torch.onnx.is_in_onnx_export():
@@ -593,19 +599,58 @@ def _check_sizes_scripted(x: torch.Tensor, expected: list[int], location: str) -
     return x
 
 
-def onnx_size_guard(x: torch.Tensor, expected: tuple[int | None, ...]) -> torch.Tensor:
-    """``x`` reshaped to its own shape with the guarded spatial axes as constants: in an ONNX graph whose
-    spatial axes were made dynamic (``dynamic_axes``), a Reshape that fails, naming both shapes, at an
-    input whose element count differs from the one the graph was exported for.
+def onnx_size_guard(x: torch.Tensor, expected: tuple[int | None, ...], location: str = "adaptive pool") -> torch.Tensor:
+    """``x``, checked at export and guarded in the graph, for the TorchScript ONNX exporter.
 
-    It rides on the data path, where no runtime optimizer can drop it (onnxruntime folds away a check
-    on the side, as a Reshape of a constant to the input's length). A size change that keeps the count
-    (13x11 to 11x13) passes it; the windows are then the exported ones. With static input axes the
+    At export, :class:`_SpatialSizeCheck`'s translation refuses a pool input whose guarded spatial size
+    ONNX's shape inference finds dynamic (the caller's ``dynamic_axes``, with or without fxpool's hook):
+    :class:`~fxpool.errors.SpatialSizeError`, naming ``dynamic=True``. In the graph, ``x`` reshaped to its
+    own shape with the guarded spatial axes as constants: a Reshape that fails, naming both shapes, at an
+    input whose element count differs from the one the graph was exported for (where the export could
+    not tell, its input's spatial axes static and the pool's input of unknown size).
+
+    The Reshape rides on the data path, where no runtime optimizer can drop it (onnxruntime folds away
+    a check on the side, as a Reshape of a constant to the input's length). With static input axes the
     runtime checks the input's declared shape itself.
     """
+    x = _SpatialSizeCheck.apply(x, expected, location)
     dims = len(expected)
     sizes = [x.shape[axis - dims] if size is None else size for axis, size in enumerate(expected)]
     return x.reshape(tuple(x.shape[: x.dim() - dims]) + tuple(sizes))
+
+
+class _SpatialSizeCheck(torch.autograd.Function):
+    """The identity while the TorchScript exporter traces; its ONNX translation (``symbolic``) refuses a
+    pool input whose guarded spatial sizes shape inference finds dynamic, and emits nothing."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, expected: tuple[int | None, ...], location: str) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def symbolic(g: Any, x: Any, expected: tuple[int | None, ...], location: str) -> Any:
+        from torch.onnx import symbolic_helper
+
+        sizes = symbolic_helper._get_tensor_sizes(x)
+        if sizes is None or len(sizes) < len(expected):
+            return x  # nothing known here: the Reshape after it guards at run time
+        spatial = sizes[len(sizes) - len(expected) :]
+        unknown = [axis for axis, (e, s) in enumerate(zip(expected, spatial)) if e is not None and s is None]
+        # A size shape inference lost (through an op it cannot follow) is no dynamic axis: refuse only where
+        # the graph's inputs have a dynamic axis other than the batch.
+        inputs = [symbolic_helper._get_tensor_sizes(value) for value in g.graph.inputs()]
+        freed = any(None in (shape or [])[1:] for shape in inputs)
+        if unknown and freed:
+            traced = tuple("*" if e is None else e for e in expected)
+            shape = tuple("?" if s is None else s for s in sizes)
+            raise SpatialSizeError(
+                f"{_named(location)}: this replacement was specialised for spatial size {traced}, but the ONNX export "
+                f"makes its input's spatial size dynamic ({shape}: dynamic_axes); the graph would be wrong at other "
+                f"sizes. Keep spatial axes static, or convert with dynamic=True (fxpool.convert(model, example, "
+                f"dynamic=True), fxpool.export(..., dynamic=True), fxpool.onnx_export_hook(dynamic=True)) for one "
+                f"graph exact at every size."
+            )
+        return x
 
 
 _TRACED_FORMS = threading.local()
