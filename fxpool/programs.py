@@ -369,7 +369,8 @@ def _replacement(site: AtenPoolSite, decision: PoolDecision, seen: _Seen) -> nn.
     if decision.action == "dynamic":
         sizes = site.requested or tuple(seen.output.shape[-dims:])
         pool_class = DynamicAdaptiveAvgPool if plan.family == "avg" else DynamicAdaptiveMaxPool
-        replacement = pool_class(sizes, location=site.location)
+        assert decision.dynamic_form is not None
+        replacement = pool_class(sizes, location=site.location, kind=decision.dynamic_form.kind)
     else:
         weight_dtype = torch.float64 if seen.input.dtype == torch.float64 else torch.float32
         batched = seen.input.dim() == dims + 2
