@@ -836,9 +836,7 @@ class DynamicForm:
         return f"dynamic {what} ({how}) {axes}"
 
 
-def choose_dynamic_form(
-    family: PoolFamily, in_sizes: tuple[int, ...], out_sizes: tuple[int | None, ...]
-) -> DynamicForm:
+def choose_dynamic_form(family: PoolFamily, in_sizes: tuple[int, ...], out_sizes: tuple[int | None, ...]) -> DynamicForm:
     """The dynamic form for a pool first seen at ``in_sizes`` (``None`` output entries keep their size).
 
     >>> choose_dynamic_form("avg", (64, 64), (6, 6)).kind
