@@ -99,6 +99,12 @@ WINDOW_SUMS_MIN_COPIES = 0.19
 # 3.4 (1.4), 24x24->3x3 1.7, 56x56->7x7 over 64 channels 1.25); with 2 or 4 entries they lost everywhere
 # (14->7 over 8x512: 5x). The max family's ReduceMax against MaxPool behaved alike.
 BLOCK_MIN_LENGTH = 16
+# The max family's window maxima take one gather per window position, then an elementwise Max of them:
+# past this many positions (a long 1d axis: 1,000,000 -> 997 has 1004) the exporters spend minutes on
+# the thousands of ops (108 s for the dynamo exporter, 23 s for TorchScript's), so the window's positions
+# are gathered as one (o, span) block and reduced by one ReduceMax, with a ReduceL1 NaN flag beside it
+# (onnxruntime's ReduceMax skips NaN), as ``dynamic=True`` does: 1.1-3.4 s.
+WINDOW_MAXIMA_MAX_GATHERS = 32
 # The limits above that send every general average axis to one exact form ("window": ONNX export's
 # window sums wherever an axis is general), for the benchmark's fits and the tests of each form.
 AVERAGE_FORM_LIMITS: dict[str, dict[str, float]] = {
@@ -400,6 +406,8 @@ def _describe_step(step: Step, spatial_dims: int) -> str:
         return f"gather {names[step.axis]} {step.in_size}->{step.out_size}x{step.span}{padding}"
     if isinstance(step, WindowReduceStep):
         if step.family == "max":
+            if step.span > WINDOW_MAXIMA_MAX_GATHERS:
+                return f"window-max {names[step.axis]} {step.in_size}->{step.out_size} (one gather of {step.span}, ReduceMax)"
             return f"window-max {names[step.axis]} {step.in_size}->{step.out_size} ({step.span} gathers, Max)"
         return f"window-sum {names[step.axis]} {step.in_size}->{step.out_size} (span {step.span})"
     if isinstance(step, BlockReduceStep):

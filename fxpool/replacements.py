@@ -33,6 +33,7 @@ from torch import nn
 
 from .errors import PoolCallError, SpatialSizeError
 from .planning import (
+    WINDOW_MAXIMA_MAX_GATHERS,
     BlockReduceStep,
     PoolPlan,
     PoolStep,
@@ -104,6 +105,16 @@ def window_maxima(x: torch.Tensor, dim: int, gathers: Sequence[torch.Tensor]) ->
     for indices in gathers[1:]:
         result = torch.maximum(result, torch.index_select(x, dim, indices))
     return result
+
+
+def window_block_maxima(x: torch.Tensor, dim: int, positions: torch.Tensor, out_size: int, span: int) -> torch.Tensor:
+    """Each window's maximum along ``dim`` from one gather of its ``span`` positions (a shorter window
+    repeating its last, :func:`window_gather_indices`) and one ReduceMax, with NaN where the window holds
+    one: its ReduceL1 is NaN exactly then (``|x| >= 0``: no inf - inf), and onnxruntime's ReduceMax skips
+    NaN. For long windows, where a gather per position (:func:`window_maxima`) makes thousands of ops."""
+    windows = x.index_select(dim, positions).unflatten(dim, (out_size, span))
+    flags = torch.linalg.vector_norm(windows, 1, dim + 1)
+    return torch.where(torch.isnan(flags), float("nan"), windows.amax(dim + 1))
 
 
 def window_sums(x: torch.Tensor, dim: int, positions: torch.Tensor, out_size: int, span: int) -> torch.Tensor:
@@ -345,7 +356,10 @@ class ExactAdaptivePool(nn.Module):
             elif isinstance(step, WindowScaleStep):
                 self.register_buffer(f"weight_{index}", self._weight(step, dtype, device), persistent=False)
         for index, step in enumerate(self.plan.onnx_steps):
-            if isinstance(step, WindowReduceStep) and step.family == "max":
+            if isinstance(step, WindowReduceStep) and step.family == "max" and step.span > WINDOW_MAXIMA_MAX_GATHERS:
+                indices = window_gather_indices(step.in_size, step.out_size, step.span)
+                self.register_buffer(f"indices_onnx_{index}", indices.to(device), persistent=False)
+            elif isinstance(step, WindowReduceStep) and step.family == "max":
                 for j, indices in enumerate(window_position_indices(step.in_size, step.out_size, step.span)):
                     self.register_buffer(f"indices_onnx_{index}_{j}", indices.to(device), persistent=False)
             elif isinstance(step, WindowReduceStep):
@@ -494,7 +508,10 @@ class ExactAdaptivePool(nn.Module):
         zero_by_concat: set[int] = set()
         for index, step in enumerate(self.plan.onnx_steps):
             first_spatial = 0 if spatial_first else x.dim() - dims  # where the spatial axes lie now
-            if isinstance(step, WindowReduceStep) and step.family == "max":
+            if isinstance(step, WindowReduceStep) and step.family == "max" and step.span > WINDOW_MAXIMA_MAX_GATHERS:
+                indices = getattr(self, f"indices_onnx_{index}")
+                x = window_block_maxima(x, first_spatial + step.axis, indices, step.out_size, step.span)
+            elif isinstance(step, WindowReduceStep) and step.family == "max":
                 gathers = [getattr(self, f"indices_onnx_{index}_{j}") for j in range(step.span)]
                 x = window_maxima(x, first_spatial + step.axis, gathers)
             elif isinstance(step, WindowReduceStep):
