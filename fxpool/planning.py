@@ -102,8 +102,8 @@ BLOCK_MIN_LENGTH = 16
 # The max family's window maxima take one gather per window position, then an elementwise Max of them:
 # past this many positions (a long 1d axis: 1,000,000 -> 997 has 1004) the exporters spend minutes on
 # the thousands of ops (108 s for the dynamo exporter, 23 s for TorchScript's), so the window's positions
-# are gathered as one (o, span) block and reduced by one ReduceMax, with a ReduceL1 NaN flag beside it
-# (onnxruntime's ReduceMax skips NaN), as ``dynamic=True`` does: 1.1-3.4 s.
+# are gathered as one (o, span) block and reduced by one ReduceMax, with a NaN flag beside it (the sum
+# of the window's absolute values; onnxruntime's ReduceMax skips NaN), as ``dynamic=True`` does: 1.1-3.4 s.
 WINDOW_MAXIMA_MAX_GATHERS = 32
 # The limits above that send every general average axis to one exact form ("window": ONNX export's
 # window sums wherever an axis is general), for the benchmark's fits and the tests of each form.
@@ -826,7 +826,7 @@ class DynamicForm:
     averages divide by the window sizes once, after the last axis. ``slices``: per pooled axis each window
     sliced from its runtime bounds and reduced, the results concatenated (under the TorchScript exporter
     and ``torch.jit.trace``; ``gathers`` elsewhere). Max windows in ONNX take a NaN flag beside their
-    ReduceMax (ReduceL1 of the window: NaN exactly where the window holds one), since onnxruntime's
+    ReduceMax (the sum of the window's absolute values: NaN exactly where it holds one), since onnxruntime's
     ReduceMax skips NaN.
     """
 

@@ -110,10 +110,11 @@ def window_maxima(x: torch.Tensor, dim: int, gathers: Sequence[torch.Tensor]) ->
 def window_block_maxima(x: torch.Tensor, dim: int, positions: torch.Tensor, out_size: int, span: int) -> torch.Tensor:
     """Each window's maximum along ``dim`` from one gather of its ``span`` positions (a shorter window
     repeating its last, :func:`window_gather_indices`) and one ReduceMax, with NaN where the window holds
-    one: its ReduceL1 is NaN exactly then (``|x| >= 0``: no inf - inf), and onnxruntime's ReduceMax skips
-    NaN. For long windows, where a gather per position (:func:`window_maxima`) makes thousands of ops."""
+    one: the sum of its absolute values (Abs, ReduceSum) is NaN exactly then (``|x| >= 0``: no inf - inf),
+    and onnxruntime's ReduceMax skips NaN. For long windows, where a gather per position
+    (:func:`window_maxima`) makes thousands of ops."""
     windows = x.index_select(dim, positions).unflatten(dim, (out_size, span))
-    flags = torch.linalg.vector_norm(windows, 1, dim + 1)
+    flags = windows.abs().sum(dim + 1)
     return torch.where(torch.isnan(flags), float("nan"), windows.amax(dim + 1))
 
 
