@@ -90,7 +90,8 @@ def replacement_module(chosen: SiteDecision, event: PoolEvent, fallback_device: 
     if decision.action == "dynamic":
         sizes = requested_sizes(chosen.site.call, event, location) or event.output_shape[-event.spatial_dims :]
         pool_class = DynamicAdaptiveAvgPool if plan.family == "avg" else DynamicAdaptiveMaxPool
-        replacement: nn.Module = pool_class(sizes, location=location)
+        assert decision.dynamic_form is not None
+        replacement: nn.Module = pool_class(sizes, location=location, kind=decision.dynamic_form.kind)
     elif decision.returns_indices:
         device = fallback_device if event.device.type == "meta" else event.device
         replacement = WindowArgmaxPool(plan.in_sizes, plan.out_sizes, location, device)

@@ -251,6 +251,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.input_shape is None:
             raise UsageError(f"fxpool {args.command}: --input-shape is required for {args.model} (only a .pt2 program has its own)")
         device, dtype = _device(args.device), getattr(torch, args.dtype)
+        assert isinstance(model, torch.nn.Module)
         model = model.to(device=device, dtype=dtype)
         example = torch.randn(args.input_shape, device=device, dtype=dtype)
     heading = f"model: {args.model} (weights: {loaded.weights})"

@@ -21,6 +21,7 @@ Every decision becomes a :class:`~fxpool.report.PoolRecord`; the check is in the
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -238,7 +239,7 @@ def _convert(model: nn.Module, example: Example, dynamic: bool) -> tuple[nn.Modu
         )
     if not isinstance(model, nn.Module):
         raise TypeError(f"fxpool.convert needs an nn.Module, got {type(model).__name__}")
-    if isinstance(model, torch._dynamo.eval_frame.OptimizedModule):
+    if _is_compiled(model):
         raise UnsupportedModelError(
             f"fxpool.convert got a torch.compile'd model (OptimizedModule wrapping {type(model._orig_mod).__name__}); "
             f"compiled code cannot be run op by op to find its pools. Convert the module it wraps, then compile the "
@@ -282,6 +283,16 @@ def _convert(model: nn.Module, example: Example, dynamic: bool) -> tuple[nn.Modu
             report = proven(report, traced_pools(result.converted, example))
     _log_decisions(report)
     return result.converted, report
+
+
+def _is_compiled(model: nn.Module) -> bool:
+    """``model`` is a ``torch.compile`` wrapper (``OptimizedModule``).
+
+    Only a process that compiled something holds one, and it has imported ``torch._dynamo`` then; asking
+    ``torch._dynamo`` directly would import it, 1-2 s of a fresh process's first conversion.
+    """
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    return eval_frame is not None and isinstance(model, eval_frame.OptimizedModule)
 
 
 def _unrun(decisions: tuple[SiteDecision, ...], check: SelfCheck) -> tuple[str, ...]:

@@ -19,11 +19,6 @@ from .planning import PoolDecision, PoolSighting, decide_pool
 from .recording import PoolEvent
 from .report import PoolRecord
 
-_DYNAMIC_DESCRIPTIONS = {
-    "avg": "dynamic masked mean (windows from the runtime size)",
-    "max": "dynamic masked max (windows from the runtime size)",
-}
-
 
 def replacement_of(decision: PoolDecision) -> tuple[str, str]:
     """What a decision puts in a pool's place, as the report says it, and its kind."""
@@ -31,7 +26,8 @@ def replacement_of(decision: PoolDecision) -> tuple[str, str]:
     if plan is None or decision.action == "left":
         return "left to PyTorch", ""
     if decision.action == "dynamic":
-        return _DYNAMIC_DESCRIPTIONS[plan.family], "dynamic"
+        assert decision.dynamic_form is not None
+        return decision.dynamic_form.describe(), "dynamic"
     if decision.returns_indices:
         return "window argmax (values and PyTorch's indices)", "argmax"
     return plan.describe(), plan.kind

@@ -1,33 +1,42 @@
 """Adaptive pooling that builds its windows from the size it is given (``dynamic=True``).
 
-Per pooled axis of runtime length ``L`` and output ``o``, output ``i`` takes input ``j`` exactly
-when ``(j + 1) * o > i * L`` and ``j * o < (i + 1) * L``: PyTorch's window
-``[floor(i*L/o), ceil((i+1)*L/o))`` from integer arithmetic alone, without any division.
+Per pooled axis of runtime length ``L`` and output ``o``, window ``i`` is PyTorch's
+``[floor(i*L/o), ceil((i+1)*L/o))``, computed by integer shape arithmetic on the runtime length (Shape,
+Mul, Add, Div, Range in ONNX; SymInt expressions under ``torch.export``, which adds no guard for them).
+Work and memory are linear in the input: no ``(o x L)`` mask. The forms
+(:class:`~fxpool.planning.DynamicForm`, chosen by planning from the example's sizes):
 
-- :class:`DynamicAdaptiveAvgPool` turns that window mask into a 0/1 matrix and applies it by one
-  matmul per axis to three stacked planes: the finite entries (NaN and infinities set to zero), and
-  flags of what pushes a window's sum up (+inf, NaN) and down (-inf, NaN); a window's mean is its
-  finite sum over its length, or the infinity or NaN its flags say, as in PyTorch's kernel. (A product
-  of the input with an averaging matrix would make ``0 * inf`` a NaN in every window of the axis.) It
-  exports as Shape, Range, Mul, Add, Less/Greater, And, Cast, ReduceSum, Div, Sub, Equal, IsNaN, Or,
-  Where, Concat and MatMul.
-- :class:`DynamicAdaptiveMaxPool` selects each window's entries with the mask (``Where``) and takes
-  their maximum, one axis at a time, last axis first (so a tie's gradient lands where PyTorch's
-  does, the first maximum in row-major order). It exports as Shape, Range, Mul, Add, Less/Greater,
-  And, Where and ReduceMax (and IsNaN, ReduceMax of the window's NaN flags, Where: onnxruntime's ReduceMax
-  skips NaN), with a Gather of each window's first entry in eager and under
-  ``torch.fx``: masked entries take that value rather than ``-inf``, so a window of ``-inf`` sends
-  its gradient to its first entry, as PyTorch does. The mask makes an ``o``-times larger
-  intermediate per axis, the price of one graph for every size.
+- ``gathers``: the spatial axes moved in front of the others (one Transpose, so every gather copies
+  whole blocks of batch and channels), then per pooled axis each window's entries gathered into an
+  ``(o, span)`` block and reduced. Averages gather each window's first ``L // o`` entries (every window
+  holds them) and sum them, then two more entries masked to zero where they lie past the window
+  (``Where`` selects, it never multiplies: NaN and ±inf stay in their windows), and divide by the window
+  sizes once, after the last axis. Maxima read ``ceil(L/o) + 1`` entries from each window's start, a
+  shorter window repeating its last entry, and take one maximum.
+- ``slices`` (TorchScript tracing: the TorchScript ONNX exporter, ``torch.jit.trace``): per pooled
+  axis each window sliced from its runtime bounds and reduced (ReduceMean; ReduceMax), the results
+  concatenated; few long windows. Under ``torch.export`` slices of symbolic bounds add guards that
+  named ``Dim``\\ s refuse, so there the gathers run instead.
 
-One graph serves every input size, with no Loop, If, GatherND or ScatterND.
+Max windows under ONNX export carry a NaN flag (the sum of the window's absolute values is NaN exactly
+where the window holds a NaN: no cancellation, as a sum of ±inf would have; ReduceL1 ran 2-3x slower in
+onnxruntime): onnxruntime's ReduceMax skips NaN, PyTorch's pools return it. Other tracers get
+``torch.max(dim)``, whose gradient goes to the first maximum; their axes are taken last axis first, so
+a tie's gradient lands where PyTorch's kernel sends it (the first maximum in row-major order).
+
+Eager and ``torch.compile`` run PyTorch's own kernel (exact, native speed by definition);
+:meth:`_DynamicPool.traced_form` runs the graph form in eager, for the self-check and tests. One graph
+serves every input size, with no Loop, If, GatherND or ScatterND.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
+from .planning import DynamicKind
 from .replacements import (
     check_input,
     keep_memory_format,
@@ -39,28 +48,153 @@ from .replacements import (
 
 torch.fx.wrap("check_input")  # a leaf here too, so converted models trace again with torch.fx
 
-
-def runtime_window_mask(length: torch.Tensor | int, out_size: int, device: torch.device) -> torch.Tensor:
-    """(out_size x length) booleans: input ``j`` lies in window ``i``; ops that trace with a symbolic length."""
-    rows = torch.arange(out_size, device=device).unsqueeze(1)  # i
-    cols = torch.arange(length, device=device).unsqueeze(0)  # type: ignore[arg-type]  # j; a SymInt under tracing
-    return ((cols + 1) * out_size > rows * length) & (cols * out_size < (rows + 1) * length)
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
-def runtime_window_starts(length: torch.Tensor | int, out_size: int, device: torch.device) -> torch.Tensor:
-    """``floor(i * length / out_size)`` for every output ``i``, from a (possibly symbolic) length."""
-    return torch.div(torch.arange(out_size, device=device) * length, out_size, rounding_mode="floor")
+def _div(numerator: Any, out_size: int) -> Any:
+    """``numerator // out_size`` for a non-negative numerator: an int, a SymInt, an fx Proxy, or a tensor
+    (sizes are 0-d tensors under ``torch.jit.trace``), which truncates: one ONNX Div, no floor fix-ups."""
+    if isinstance(numerator, torch.Tensor):
+        return torch.div(numerator, out_size, rounding_mode="trunc")
+    return numerator // out_size
+
+
+def runtime_window_bounds(length: Any, out_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every window's start ``floor(i*L/o)`` and end ``ceil((i+1)*L/o)``, two int64 vectors of ``out_size``,
+    from a runtime length (an int, a SymInt, or a size tensor under ``torch.jit.trace``)."""
+    steps = torch.arange(out_size, device=device)
+    starts = _div(steps * length, out_size)
+    ends = _div((steps + 1) * length + (out_size - 1), out_size)
+    return starts, ends
+
+
+def gather_windows(x: torch.Tensor, dim: int, indices: torch.Tensor) -> torch.Tensor:
+    """``x``'s entries at ``indices`` (``(o, span)``) along ``dim``: ``x.shape[:dim] + (o, span) + x.shape[dim+1:]``.
+
+    One Gather with 2-D indices under the TorchScript exporter; a Gather and a Reshape under torch.export
+    (whose translation of indexing by a tensor moves axes and uses GatherND)."""
+    if torch.jit.is_tracing():
+        return x[(slice(None),) * dim + (indices,)]
+    return x.index_select(dim, indices.reshape(-1)).unflatten(dim, (indices.shape[0], indices.shape[1]))
+
+
+def _sum(windows: torch.Tensor, dim: int, rank: int) -> torch.Tensor:
+    """The sum over ``dim`` of a tensor of ``rank`` axes: a ReduceSum under the TorchScript exporter, an
+    Einsum under torch.export (left in float by static INT8 quantizers, as fxpool's static window sums)."""
+    if torch.jit.is_tracing():
+        return windows.sum(dim)
+    axes = "abcdefgh"[:rank]
+    return torch.einsum(f"{axes}->{axes[:dim]}{axes[dim + 1 :]}", windows)
+
+
+def spatial_first(x: torch.Tensor, dims: int) -> torch.Tensor:
+    """``(*lead, *spatial)`` as a contiguous ``(*spatial, B)``, the leading axes flattened into one: one
+    Transpose in ONNX (the flattening and its undoing are Reshapes, no copy). Every rank after it is known,
+    under ``torch.fx`` too."""
+    return x.flatten(0, -dims - 1).permute(list(range(1, dims + 1)) + [0]).contiguous()
+
+
+def spatial_back(y: torch.Tensor, lead: Any, dims: int) -> torch.Tensor:
+    """:func:`spatial_first` undone: ``(*spatial, B)`` as a contiguous ``(*lead, *spatial)``."""
+    return y.permute([dims] + list(range(dims))).contiguous().unflatten(0, lead)
+
+
+def _along(mask: torch.Tensor, dim: int, dims: int) -> torch.Tensor:
+    """An ``(o, k)`` mask shaped to broadcast against a block gathered at spatial axis ``dim`` of a
+    :func:`spatial_first` tensor of ``dims`` spatial axes."""
+    return mask.reshape(mask.shape + (1,) * (dims - dim))
+
+
+def _nan_where_flagged(maxima: torch.Tensor, windows: torch.Tensor, dim: int, keepdim: bool = False) -> torch.Tensor:
+    """``maxima`` with NaN where a window holds one: the sum of its absolute values is NaN exactly then (|x| >= 0, so
+    no inf - inf). onnxruntime's ReduceMax skips NaN where PyTorch's pools return it."""
+    flags = windows.abs().sum(dim, keepdim=keepdim)
+    return torch.where(torch.isnan(flags), float("nan"), maxima)
+
+
+def window_sums(y: torch.Tensor, dim: int, dims: int, out_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each window's sum along spatial axis ``dim`` of a :func:`spatial_first` tensor of ``dims`` spatial
+    axes, and its size (``(o,)``), from ``y``'s runtime length.
+
+    Every window holds its first ``L // o`` entries, gathered and summed unmasked; it holds at most two
+    more, gathered (clamped into the window) and masked to zero by Where where they lie past its end.
+    """
+    length = y.shape[dim]
+    starts, ends = runtime_window_bounds(length, out_size, y.device)
+    if out_size == 1:
+        return _sum(y, dim, dims + 1).unsqueeze(dim), ends - starts
+    if not torch.jit.is_tracing():
+        # torch.export: one block of ceil(L/o) + 1 >= 2 entries per window, masked. A block of L // o
+        # entries may hold 0 or 1, and torch.export then guards on it (its contiguity), which named Dims
+        # with bounds refuse.
+        span = _div(length + (out_size - 1), out_size) + 1
+        positions = starts.unsqueeze(1) + torch.arange(span, device=y.device)
+        inside = positions < ends.unsqueeze(1)
+        windows = gather_windows(y, dim, torch.minimum(positions, ends.unsqueeze(1) - 1))
+        return _sum(torch.where(_along(inside, dim, dims), windows, 0.0), dim + 1, dims + 2), ends - starts
+    fewest = _div(length, out_size)
+    first = starts.unsqueeze(1)
+    sure = first + torch.arange(fewest, device=y.device)  # (o, L // o)
+    extra = first + fewest + torch.arange(2, device=y.device)  # (o, 2)
+    inside = extra < ends.unsqueeze(1)
+    more = gather_windows(y, dim, torch.minimum(extra, ends.unsqueeze(1) - 1))
+    more = torch.where(_along(inside, dim, dims), more, 0.0)
+    return _sum(gather_windows(y, dim, sure), dim + 1, dims + 2) + _sum(more, dim + 1, dims + 2), ends - starts
+
+
+def window_maxima(y: torch.Tensor, dim: int, out_size: int, flag_nan: bool) -> torch.Tensor:
+    """Each window's maximum along ``dim``: ``ceil(L/o) + 1`` entries from its start, a shorter window
+    repeating its last entry (after the entries it copies, so ``torch.max`` finds the first maximum)."""
+    length = y.shape[dim]
+    if out_size == 1:
+        windows = y.unsqueeze(dim)  # (..., 1, L, ...): one window, the whole axis
+    else:
+        starts, ends = runtime_window_bounds(length, out_size, y.device)
+        span = _div(length + (out_size - 1), out_size) + 1
+        positions = torch.minimum(starts.unsqueeze(1) + torch.arange(span, device=y.device), ends.unsqueeze(1) - 1)
+        windows = gather_windows(y, dim, positions)
+    if not flag_nan:
+        return torch.max(windows, dim + 1).values
+    return _nan_where_flagged(windows.amax(dim + 1), windows, dim + 1)
+
+
+def slice_reduce(y: torch.Tensor, dim: int, out_size: int, family: str, flag_nan: bool) -> torch.Tensor:
+    """Each window sliced from its runtime bounds along ``dim`` and reduced (its mean, or its maximum), the
+    results concatenated: one Slice and one ReduceMean/ReduceMax per window."""
+    length = y.shape[dim]
+    before = (slice(None),) * dim
+    parts = []
+    for i in range(out_size):
+        window = y[before + (slice(_div(i * length, out_size), _div((i + 1) * length + out_size - 1, out_size)),)]
+        if family == "avg":
+            parts.append(window.mean(dim, keepdim=True))
+        elif flag_nan:
+            parts.append(_nan_where_flagged(window.amax(dim, keepdim=True), window, dim, keepdim=True))
+        else:
+            parts.append(torch.max(window, dim, keepdim=True).values)
+    return torch.cat(parts, dim) if len(parts) > 1 else parts[0]
+
+
+def runs_natively(x: torch.Tensor) -> bool:
+    """Eager and torch.compile run PyTorch's own kernel (exact, native speed by definition); exporters,
+    ``torch.jit.trace``, ``torch.fx`` and :func:`~fxpool.replacements.traced_forms` get the graph form."""
+    if not isinstance(x, torch.Tensor):
+        return False
+    return plain_eager() or (torch.compiler.is_compiling() and not torch.compiler.is_exporting())
 
 
 class _DynamicPool(nn.Module):
-    """What both dynamic pools share: their output size, their name in errors, their native reference."""
+    """What both dynamic pools share: their output size, form, name in errors and native reference."""
 
     family = ""
 
-    def __init__(self, out_sizes: tuple[int | None, ...], location: str = "adaptive pool") -> None:
+    def __init__(self, out_sizes: tuple[int | None, ...], location: str = "adaptive pool", kind: DynamicKind = "gathers") -> None:
         super().__init__()
+        if kind not in ("gathers", "slices"):
+            raise ValueError(f"kind must be 'gathers' or 'slices', got {kind!r}")
         self.out_sizes = tuple(out_sizes)
         self.location = location
+        self.kind = kind
 
     @property
     def fxpool_native_reference(self) -> tuple[str, tuple[int | None, ...]]:
@@ -76,12 +210,27 @@ class _DynamicPool(nn.Module):
     def output_size(self, value: int | None | tuple[int | None, ...]) -> None:
         self.out_sizes = normalized_output_size(value, len(self.out_sizes), self.location)
 
+    @property
+    def runs_native_in_eager(self) -> bool:
+        """Eager runs PyTorch's kernel, tracers the graph form: the self-check runs :meth:`traced_form` too."""
+        return True
+
     def __prepare_scriptable__(self) -> nn.Module:
         """``torch.jit.script`` gets the native pool this module stands for (same function, scriptable)."""
         return native_pool_module(self.family, self.out_sizes)
 
     def extra_repr(self) -> str:
-        return f"output_size={self.out_sizes}, windows from the runtime size"
+        return f"output_size={self.out_sizes}, windows from the runtime size ({self.kind})"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = check_input(x, (None,) * len(self.out_sizes), self.location)
+        if runs_natively(x):
+            return self._native(x)
+        return self._graph(x)
+
+    def traced_form(self, x: torch.Tensor) -> torch.Tensor:
+        """What exporters, ``torch.jit.trace`` and ``torch.fx`` see, run in eager (without ONNX's NaN flags)."""
+        return self._graph(check_input(x, (None,) * len(self.out_sizes), self.location))
 
     def _native(self, x: torch.Tensor) -> torch.Tensor:
         """PyTorch's own adaptive pool this module stands for."""
@@ -89,13 +238,11 @@ class _DynamicPool(nn.Module):
         sizes = [x.shape[axis - dims] if size is None else size for axis, size in enumerate(self.out_sizes)]
         return native_pool_function(self.family, dims)(x, sizes)
 
+    def _graph(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
 
-def runs_natively(x: torch.Tensor) -> bool:
-    """Eager and torch.compile run PyTorch's own kernel (exact, native speed by definition); exporters,
-    ``torch.jit.trace``, ``torch.fx`` and :func:`~fxpool.replacements.traced_forms` get the graph form."""
-    if not isinstance(x, torch.Tensor):
-        return False
-    return plain_eager() or (torch.compiler.is_compiling() and not torch.compiler.is_exporting())
+    def _slicing(self) -> bool:
+        return self.kind == "slices" and torch.jit.is_tracing()
 
 
 class DynamicAdaptiveAvgPool(_DynamicPool):
@@ -103,38 +250,26 @@ class DynamicAdaptiveAvgPool(_DynamicPool):
 
     family = "avg"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = source = check_input(x, (None,) * len(self.out_sizes), self.location)
-        if runs_natively(x):
-            return self._native(x)
-        dtype = x.dtype
-        x = x.to(torch.promote_types(dtype, torch.float32))  # half and bfloat16 summed in float32, rounded once
-        dims = len(self.out_sizes)
-        # Three planes pooled alike (sums are separable): the finite entries, each NaN and infinity set
-        # to zero, and two 0/1 planes that flag what pushes a window's sum up (+inf, NaN) and down
-        # (-inf, NaN). Averaging the input itself would make 0 * inf a NaN in every window of an axis.
-        isnan = torch.isnan(x)
-        planes = torch.stack(
-            [
-                torch.where(x - x == 0, x, 0.0),  # x - x is NaN at NaN and at both infinities
-                ((x == float("inf")) | isnan).to(x.dtype),
-                ((x == float("-inf")) | isnan).to(x.dtype),
-            ]
-        )
-        for axis in reversed(range(dims)):  # the last axis first: no transpose while the planes are largest
-            out_size = self.out_sizes[axis]
-            if out_size is None:
-                continue
-            last = planes.dim() - 1
-            dim = last + 1 + axis - dims  # positive: TorchScript's export of movedim mistranslates negative axes
-            member = runtime_window_mask(planes.shape[dim], out_size, x.device).transpose(0, 1).to(x.dtype)  # (L, o)
-            counts = member.sum(0)
-            pooled = planes.movedim(dim, last) @ member  # window sums of the finite part, window counts of the flags
-            planes = torch.cat([pooled[:1] / counts, pooled[1:]]).movedim(last, dim)
-        means, up, down = planes.unbind(0)
-        infinite = torch.where(down > 0, float("nan"), float("inf"))
-        x = torch.where(up > 0, infinite, torch.where(down > 0, float("-inf"), means))
-        return keep_memory_format(source, x.to(dtype), dims)
+    def _graph(self, x: torch.Tensor) -> torch.Tensor:
+        source, dims, dtype = x, len(self.out_sizes), x.dtype
+        upcast = not isinstance(dtype, torch.dtype) or dtype in _LOW_PRECISION  # a Proxy under torch.fx: keep the cast
+        if upcast:
+            x = x.to(torch.promote_types(dtype, torch.float32))  # summed in float32, rounded once, as PyTorch does
+        pooled = [(axis, size) for axis, size in enumerate(self.out_sizes) if size is not None]
+        if self._slicing():
+            for axis, size in pooled:
+                x = slice_reduce(x, x.dim() - dims + axis, size, "avg", False)
+        elif pooled:
+            lead = x.shape[:-dims]
+            x = spatial_first(x, dims)
+            counts = None
+            for axis, size in pooled:
+                x, count = window_sums(x, axis, dims, size)
+                count = count.to(x.dtype).reshape([-1 if a == axis else 1 for a in range(dims)])
+                counts = count if counts is None else counts * count
+            assert counts is not None
+            x = spatial_back(x / counts.unsqueeze(-1), lead, dims)
+        return keep_memory_format(source, x.to(dtype) if upcast else x, dims)
 
 
 class DynamicAdaptiveMaxPool(_DynamicPool):
@@ -142,27 +277,19 @@ class DynamicAdaptiveMaxPool(_DynamicPool):
 
     family = "max"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = source = check_input(x, (None,) * len(self.out_sizes), self.location)
-        if runs_natively(x):
-            return self._native(x)
-        dims = len(self.out_sizes)
-        exporting = torch.onnx.is_in_onnx_export()
-        for axis in reversed(range(dims)):  # last axis first: PyTorch's row-major choice among ties
-            out_size = self.out_sizes[axis]
-            if out_size is None:
-                continue
-            last = x.dim() - 1
-            dim = last + 1 + axis - dims  # positive: TorchScript's export of movedim mistranslates negative axes
-            mask = runtime_window_mask(x.shape[dim], out_size, x.device)  # (o, L)
-            rows = x.movedim(dim, last).unsqueeze(-2)  # (..., 1, L)
-            if exporting:  # values only: -inf outside the window, one ReduceMax
-                maxima = torch.where(mask, rows, float("-inf")).amax(-1)
-                # onnxruntime's ReduceMax skips NaN, PyTorch's pools return it: a window holding one is NaN
-                holds_nan = (mask & torch.isnan(rows)).any(-1)
-                x = torch.where(holds_nan, float("nan"), maxima).movedim(last, dim)
-                continue
-            first = torch.index_select(x, dim, runtime_window_starts(x.shape[dim], out_size, x.device))
-            outside = first.movedim(dim, last).unsqueeze(-1)  # (..., o, 1): each window's first entry
-            x = torch.where(mask, rows, outside).max(-1).values.movedim(last, dim)
+    def _graph(self, x: torch.Tensor) -> torch.Tensor:
+        source, dims = x, len(self.out_sizes)
+        onnx = torch.onnx.is_in_onnx_export()
+        pooled = [(axis, size) for axis, size in enumerate(self.out_sizes) if size is not None]
+        if not onnx:
+            pooled.reverse()  # last axis first: the first maximum in row-major order takes a tie's gradient
+        if self._slicing():
+            for axis, size in pooled:
+                x = slice_reduce(x, x.dim() - dims + axis, size, "max", onnx)
+        elif pooled:
+            lead = x.shape[:-dims]
+            x = spatial_first(x, dims)
+            for axis, size in pooled:
+                x = window_maxima(x, axis, size, onnx)
+            x = spatial_back(x, lead, dims)
         return keep_memory_format(source, x, dims)

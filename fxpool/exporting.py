@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import errno
+import functools
 import logging
 import os
 import re
@@ -134,10 +135,10 @@ def export(
             except (ExportVerificationError, UnsupportedOpsetError) as error:
                 raise type(error)(f"{error} Nothing was written to the file object.") from error
             with open(path, "rb") as written:
-                f.write(written.read())  # type: ignore[union-attr]
+                f.write(written.read())
         return replace(result, path=str(getattr(f, "name", "<file object>")))
     # The staging folder is made first: an output that cannot be written is refused before any work.
-    with staged_output(f) as staging:  # type: ignore[arg-type]
+    with staged_output(f) as staging:
         converted, reference, example = _converted(model, example_input, kwargs, verify, dynamic, strict)
         try:
             result = _export_file(converted, reference, example, staging.path, verify, rtol, atol, kwargs)
@@ -489,7 +490,7 @@ def _export_with_translations(export_fn: Any, model: Any, args: Any, f: Any, *re
             model = _Exported(model)
     else:
         kwargs["custom_translation_table"] = {**dynamo_translation_table(), **(kwargs.get("custom_translation_table") or {})}
-    if export_fn is _hooked_export:  # torch.onnx.export, patched by a hook: the exporter itself
+    if getattr(export_fn, "fxpool_stand_in", False):  # torch.onnx.export while patched: the exporter itself
         export_fn = _unpatched_export
     # The symbolic registry and the exporters' flags are process-wide: exports run one at a time, other
     # threads' torch.onnx.export calls wait for this one (routed through the lock), and one already in
@@ -536,19 +537,21 @@ class _HookOptions:
 
 
 _hooks_here = threading.local()  # .active: this thread's entered hooks, innermost last
-_routes = 0  # across threads: torch.onnx.export is _hooked_export while above 0 (hooks, fxpool's exports)
+_routes = 0  # across threads: torch.onnx.export is the stand-in while above 0 (hooks, fxpool's exports)
 _unpatched_export: Callable[..., Any] | None = None
+_patched_export: Callable[..., Any] | None = None  # what torch.onnx.export is while patched
 
 
 @contextmanager
 def _exports_routed() -> Iterator[None]:
-    """While inside, ``torch.onnx.export`` is :func:`_hooked_export` in every thread (restored when the last one
-    leaves): calls from threads without a hook run the exporter under fxpool's lock."""
-    global _routes, _unpatched_export
+    """While inside, ``torch.onnx.export`` is fxpool's stand-in (:func:`_patch_for`) in every thread, restored
+    when the last one leaves: threads that entered a hook convert, the others run the exporter under fxpool's
+    lock (one export at a time)."""
+    global _routes, _unpatched_export, _patched_export
     with LOCK:
         if _routes == 0:
             _unpatched_export = torch.onnx.export
-            torch.onnx.export = _hooked_export
+            _patched_export = torch.onnx.export = _patch_for(_unpatched_export)
         _routes += 1
     try:
         yield
@@ -556,15 +559,28 @@ def _exports_routed() -> Iterator[None]:
         with LOCK:
             _routes -= 1
             if _routes == 0:
-                if torch.onnx.export is _hooked_export and _unpatched_export is not None:  # else: leave theirs
+                if torch.onnx.export is _patched_export and _unpatched_export is not None:  # else: leave theirs
                     torch.onnx.export = _unpatched_export
+                _patched_export = None
 
 
-def _hooked_export(model: Any, args: Any = (), f: Any = None, *rest: Any, **kwargs: Any) -> Any:
-    """``torch.onnx.export`` while some hook is entered or fxpool exports: converts in threads that entered a
-    hook; in the others, the exporter runs under fxpool's lock (one export at a time)."""
-    original = _unpatched_export
-    assert original is not None
+def _patch_for(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.onnx.export``'s stand-in while patched, with its name, docstring and signature
+    (``functools.wraps``: ``inspect.signature`` follows ``__wrapped__``). Callers read the signature:
+    timm's ``onnx_export`` looks for a ``dynamo`` parameter, and takes the TorchScript exporter, or
+    asserts, where it finds none."""
+
+    @functools.wraps(original)
+    def export(model: Any, args: Any = (), f: Any = None, *rest: Any, **kwargs: Any) -> Any:
+        return _hooked_export(original, model, args, f, *rest, **kwargs)
+
+    export.fxpool_stand_in = True  # type: ignore[attr-defined]
+    return export
+
+
+def _hooked_export(original: Callable[..., Any], model: Any, args: Any = (), f: Any = None, *rest: Any, **kwargs: Any) -> Any:
+    """``torch.onnx.export`` while patched: converts in threads that entered a hook; in the others, the exporter
+    runs under fxpool's lock (one export at a time)."""
     active: list[_HookOptions] = getattr(_hooks_here, "active", [])
     if not active:
         with LOCK:

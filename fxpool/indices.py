@@ -52,6 +52,9 @@ class WindowArgmaxPool(nn.Module):
 
     runs_native_in_eager = True
     returns_indices = True
+    positions: torch.Tensor
+    window_starts: torch.Tensor
+    ranks: torch.Tensor
 
     def __init__(
         self,

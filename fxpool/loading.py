@@ -176,9 +176,10 @@ def _hugging_face(spec: str, name: str, pretrained: bool) -> LoadedModel:
             f"holding config.json, or an id downloaded before (nothing is downloaded here)"
         ) from error
     architecture = (getattr(config, "architectures", None) or [None])[0]
-    model_class = getattr(transformers, architecture, None) if architecture else None
+    model_class: Any = getattr(transformers, architecture, None) if architecture else None
     if model_class is None:
-        model_class = transformers.AutoModel._model_mapping.get(type(config))  # type: ignore[attr-defined]
+        mapping: Any = transformers.AutoModel._model_mapping  # the config's base model class
+        model_class = mapping.get(type(config), None)
     if model_class is None:
         raise ModelSpecError(f"model spec {spec!r}: transformers has no model class for {type(config).__name__}")
     if pretrained:

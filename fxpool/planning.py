@@ -99,6 +99,12 @@ WINDOW_SUMS_MIN_COPIES = 0.19
 # 3.4 (1.4), 24x24->3x3 1.7, 56x56->7x7 over 64 channels 1.25); with 2 or 4 entries they lost everywhere
 # (14->7 over 8x512: 5x). The max family's ReduceMax against MaxPool behaved alike.
 BLOCK_MIN_LENGTH = 16
+# The max family's window maxima take one gather per window position, then an elementwise Max of them:
+# past this many positions (a long 1d axis: 1,000,000 -> 997 has 1004) the exporters spend minutes on
+# the thousands of ops (108 s for the dynamo exporter, 23 s for TorchScript's), so the window's positions
+# are gathered as one (o, span) block and reduced by one ReduceMax, with a NaN flag beside it (the sum
+# of the window's absolute values; onnxruntime's ReduceMax skips NaN), as ``dynamic=True`` does: 1.1-3.4 s.
+WINDOW_MAXIMA_MAX_GATHERS = 32
 # The limits above that send every general average axis to one exact form ("window": ONNX export's
 # window sums wherever an axis is general), for the benchmark's fits and the tests of each form.
 AVERAGE_FORM_LIMITS: dict[str, dict[str, float]] = {
@@ -400,6 +406,8 @@ def _describe_step(step: Step, spatial_dims: int) -> str:
         return f"gather {names[step.axis]} {step.in_size}->{step.out_size}x{step.span}{padding}"
     if isinstance(step, WindowReduceStep):
         if step.family == "max":
+            if step.span > WINDOW_MAXIMA_MAX_GATHERS:
+                return f"window-max {names[step.axis]} {step.in_size}->{step.out_size} (one gather of {step.span}, ReduceMax)"
             return f"window-max {names[step.axis]} {step.in_size}->{step.out_size} ({step.span} gathers, Max)"
         return f"window-sum {names[step.axis]} {step.in_size}->{step.out_size} (span {step.span})"
     if isinstance(step, BlockReduceStep):
@@ -767,18 +775,106 @@ POOL_GUARDS: tuple[PoolGuard, ...] = (
 DYNAMIC_GUARDS: tuple[PoolGuard, ...] = (_fixed_request_guard,)
 
 
+# --- dynamic forms: windows from the runtime size (``dynamic=True``) ---
+#
+# For an axis of runtime length L pooled to o, window i is [floor(i*L/o), ceil((i+1)*L/o)): every window
+# holds at least L // o entries and at most L // o + 2 (:func:`window_length_range`), so a form gathers
+# each window's first L // o entries unmasked and masks two more, or reads the longest window's
+# bound, ceil(L/o) + 1 (:func:`longest_window_bound`), from its start, all from the runtime L by
+# integer shape arithmetic (work and memory linear in the input: no (o x L) mask).
+#
+# Which dynamic form a pool gets, fitted like the static forms to onnxruntime on the CPU (``python -m
+# model_zoo_checks.benchmarks --sections dynamic``, one exported graph run at three sizes; a loaded
+# 2-core machine, so ratios of alternating medians): each window sliced from its runtime bounds
+# and reduced won where the windows are few and long (PSP 64->6 over 512 channels: 2.5 ms against
+# 4.6 for the gathers, 0.98x the static graph; 100x60->6: 3.0 against 4.8), the window gathers with the
+# spatial axes first everywhere else (10->7 over 8x512: 2.1 against 14.8 for slices; 33->6: 0.85 against
+# 1.1; 1d 1000->101, 101 windows: 0.54 against 6.2; 3d). Slicing needs the TorchScript exporter's
+# tracer: under torch.export a slice's symbolic bounds add guards (its length is not 1, its end is
+# within the axis) that named Dims with bounds refuse, so torch.export always gets the gathers.
+DYNAMIC_SLICES_MAX_WINDOWS = 16
+DYNAMIC_SLICES_MIN_LENGTH = 8
+DynamicKind = Literal["gathers", "slices"]
+
+
+def window_length_range(in_size: int, out_size: int) -> tuple[int, int]:
+    """The fewest and the most entries a window can hold for this length: ``L // o`` and ``L // o + 2``
+    (the actual windows of :func:`~fxpool.windows.window_lengths` lie within)."""
+    return in_size // out_size, in_size // out_size + 2
+
+
+def longest_window_bound(in_size: int, out_size: int) -> int:
+    """``ceil(L / o) + 1``: no window is longer (the span a max form reads from each window's start)."""
+    return (in_size + out_size - 1) // out_size + 1
+
+
+@dataclass(frozen=True)
+class DynamicForm:
+    """How a ``dynamic=True`` replacement computes its windows from the runtime size, and why.
+
+    ``gathers``: the spatial axes moved in front of the others (one Transpose), then per pooled axis each
+    window's entries gathered by indices computed from the runtime length, into an ``(o, span)`` block
+    padded by a neutral entry (sums: the window's first ``L // o`` entries, then two more masked to zero;
+    maxima: ``ceil(L/o) + 1`` entries from the start, repeating the window's last), and one reduction;
+    averages divide by the window sizes once, after the last axis. ``slices``: per pooled axis each window
+    sliced from its runtime bounds and reduced, the results concatenated (under the TorchScript exporter
+    and ``torch.jit.trace``; ``gathers`` elsewhere). Max windows in ONNX take a NaN flag beside their
+    ReduceMax (the sum of the window's absolute values: NaN exactly where it holds one), since onnxruntime's
+    ReduceMax skips NaN.
+    """
+
+    family: PoolFamily
+    out_sizes: tuple[int | None, ...]
+    kind: DynamicKind
+    reason: str
+
+    def describe(self) -> str:
+        """One line for the report, e.g. ``dynamic window sums (gathers, spatial axes first) H->7, W->7``."""
+        names = axis_names(len(self.out_sizes))
+        axes = ", ".join(f"{n}->{o}" for n, o in zip(names, self.out_sizes) if o is not None) or "no axis pooled"
+        what = "window maxima" if self.family == "max" else "window means"
+        how = "slices from the runtime bounds" if self.kind == "slices" else "gathers, spatial axes first"
+        return f"dynamic {what} ({how}) {axes}"
+
+
+def choose_dynamic_form(family: PoolFamily, in_sizes: tuple[int, ...], out_sizes: tuple[int | None, ...]) -> DynamicForm:
+    """The dynamic form for a pool first seen at ``in_sizes`` (``None`` output entries keep their size).
+
+    >>> choose_dynamic_form("avg", (64, 64), (6, 6)).kind
+    'slices'
+    >>> choose_dynamic_form("max", (10, 10), (7, 7)).describe()
+    'dynamic window maxima (gathers, spatial axes first) H->7, W->7'
+    """
+    if len(in_sizes) != len(out_sizes) or not 1 <= len(in_sizes) <= 3:
+        raise ValueError(f"need 1 to 3 spatial axes with matching sizes, got {in_sizes} -> {out_sizes}")
+    names = axis_names(len(in_sizes))
+    pooled = [(n, i, o) for n, i, o in zip(names, in_sizes, out_sizes) if o is not None]
+    many = [f"{n} {o} windows" for n, i, o in pooled if o > DYNAMIC_SLICES_MAX_WINDOWS]
+    short = [f"{n} {i}->{o}: windows of {i / o:.3g}" for n, i, o in pooled if i < DYNAMIC_SLICES_MIN_LENGTH * o]
+    if pooled and not many and not short:
+        reason = (
+            f"dynamic form: window slices (at most {DYNAMIC_SLICES_MAX_WINDOWS} windows of at least "
+            f"{DYNAMIC_SLICES_MIN_LENGTH} entries per axis at {in_sizes}; gathers under torch.export)"
+        )
+        return DynamicForm(family, tuple(out_sizes), "slices", reason)
+    why = ", ".join(many + short) or "no pooled axis"
+    reason = f"dynamic form: window gathers, spatial axes first ({why} at {in_sizes})"
+    return DynamicForm(family, tuple(out_sizes), "gathers", reason)
+
+
 @dataclass(frozen=True)
 class PoolDecision:
     """What convert does with one pool, and why.
 
     ``exact``: replace it by ``plan`` (checked at the traced size where the plan needs it);
     ``dynamic``: replace it by the form that computes its windows from the runtime size (``plan``
-    is what the traced size alone would have got); ``left``: leave it to PyTorch.
+    is what the traced size alone would have got, ``dynamic_form`` the form); ``left``: leave it to PyTorch.
     """
 
     action: DecisionAction
     reason: str
     plan: PoolPlan | None = None
+    dynamic_form: DynamicForm | None = None
     returns_indices: bool = False  # the window argmax form: values and PyTorch's indices (``plan`` gives the sizes)
 
     def __post_init__(self) -> None:
@@ -786,6 +882,8 @@ class PoolDecision:
             raise ValueError(f"unknown decision {self.action!r}")
         if (self.plan is None) != (self.action == "left"):
             raise ValueError(f"a {self.action!r} decision {'has no' if self.action == 'left' else 'needs a'} plan")
+        if (self.dynamic_form is None) == (self.action == "dynamic"):
+            raise ValueError(f"a {self.action!r} decision {'needs a' if self.action == 'dynamic' else 'has no'} dynamic form")
 
 
 def decide_pool(sighting: PoolSighting, dynamic: bool = False) -> PoolDecision:
@@ -814,7 +912,9 @@ def decide_pool(sighting: PoolSighting, dynamic: bool = False) -> PoolDecision:
         why = guard(sighting)
         if why:
             return PoolDecision("left", why)
-    return PoolDecision("dynamic", "dynamic=True; at the traced size: " + plan.reasons(), plan)
+    requested = tuple(None if f else o for f, o in zip(follows or (False,) * len(out_sizes), out_sizes))
+    form = choose_dynamic_form(sighting.family, in_sizes, requested)
+    return PoolDecision("dynamic", f"dynamic=True; at the traced size: {plan.reasons()}; {form.reason}", plan, form)
 
 
 def _decide_with_indices(plan: PoolPlan, several: str | None, dynamic: bool) -> PoolDecision:

@@ -369,7 +369,8 @@ def _replacement(site: AtenPoolSite, decision: PoolDecision, seen: _Seen) -> nn.
     if decision.action == "dynamic":
         sizes = site.requested or tuple(seen.output.shape[-dims:])
         pool_class = DynamicAdaptiveAvgPool if plan.family == "avg" else DynamicAdaptiveMaxPool
-        replacement = pool_class(sizes, location=site.location)
+        assert decision.dynamic_form is not None
+        replacement = pool_class(sizes, location=site.location, kind=decision.dynamic_form.kind)
     else:
         weight_dtype = torch.float64 if seen.input.dtype == torch.float64 else torch.float32
         batched = seen.input.dim() == dims + 2
@@ -561,17 +562,37 @@ def _dynamic_shapes(program: ExportedProgram, example: Example) -> Any:
             if isinstance(size, int):
                 continue
             expr = size.node.expr
-            if not expr.is_Symbol:
+            linear = _linear_in_one_symbol(expr)
+            if linear is None:
                 spec[axis] = torch.export.Dim.AUTO
                 continue
-            if str(expr) not in dims:
-                bounds = program.range_constraints.get(expr)
+            symbol, scale, offset = linear
+            if str(symbol) not in dims:
+                bounds = program.range_constraints.get(symbol)
                 low = _bound(bounds.lower if bounds is not None else None) or 0
                 high = _bound(bounds.upper if bounds is not None else None)
-                dims[str(expr)] = torch.export.Dim(f"fxpool_{expr}", min=low, max=high)
-            spec[axis] = dims[str(expr)]
+                dims[str(symbol)] = torch.export.Dim(f"fxpool_{symbol}", min=low, max=high)
+            dim = dims[str(symbol)]
+            # a derived dimension (32 * h, h + 1) stays derived: its divisibility is part of the program's contract
+            spec[axis] = dim if (scale, offset) == (1, 0) else scale * dim + offset
         shapes[leaf] = spec
     return shapes
+
+
+def _linear_in_one_symbol(expr: Any) -> tuple[Any, int, int] | None:
+    """``(s, a, b)`` where a size expression is ``a * s + b`` with integers ``a >= 1`` and ``b`` (a program's
+    Dim, or one derived from it as ``32 * h``); None for anything else."""
+    symbols = expr.free_symbols
+    if len(symbols) != 1:
+        return None
+    (symbol,) = symbols
+    scale = expr.coeff(symbol)
+    offset = expr.subs(symbol, 0)
+    if not (getattr(scale, "is_Integer", False) and getattr(offset, "is_Integer", False)) or int(scale) < 1:
+        return None
+    if (scale * symbol + offset - expr).simplify() != 0:
+        return None
+    return symbol, int(scale), int(offset)
 
 
 def _bound(value: Any) -> int | None:

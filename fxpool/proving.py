@@ -170,7 +170,9 @@ def proven(report: ConversionReport, traced: TracedPools) -> ConversionReport:
     matched by family and shapes; a record whose shapes were never seen, a pool inside a TorchScript submodule,
     by family alone)."""
     left = [r for r in report.unconverted for _ in range(max(r.calls, 1))]
-    expected = Counter((r.family, r.input_shape, r.output_shape) for r in left if r.input_shape is not None)
+    expected: Counter[tuple[Any, ...]] = Counter(
+        (r.family, r.input_shape, r.output_shape) for r in left if r.input_shape is not None
+    )
     unseen = Counter(r.family for r in left if r.input_shape is None)
     extra: list[PoolRecord] = []
     for pool in traced.pools:

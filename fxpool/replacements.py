@@ -30,10 +30,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
 from .errors import PoolCallError, SpatialSizeError
 from .planning import (
+    WINDOW_MAXIMA_MAX_GATHERS,
     BlockReduceStep,
     PoolPlan,
     PoolStep,
@@ -105,6 +105,17 @@ def window_maxima(x: torch.Tensor, dim: int, gathers: Sequence[torch.Tensor]) ->
     for indices in gathers[1:]:
         result = torch.maximum(result, torch.index_select(x, dim, indices))
     return result
+
+
+def window_block_maxima(x: torch.Tensor, dim: int, positions: torch.Tensor, out_size: int, span: int) -> torch.Tensor:
+    """Each window's maximum along ``dim`` from one gather of its ``span`` positions (a shorter window
+    repeating its last, :func:`window_gather_indices`) and one ReduceMax, with NaN where the window holds
+    one: the sum of its absolute values (Abs, ReduceSum) is NaN exactly then (``|x| >= 0``: no inf - inf),
+    and onnxruntime's ReduceMax skips NaN. For long windows, where a gather per position
+    (:func:`window_maxima`) makes thousands of ops."""
+    windows = x.index_select(dim, positions).unflatten(dim, (out_size, span))
+    flags = windows.abs().sum(dim + 1)
+    return torch.where(torch.isnan(flags), float("nan"), windows.amax(dim + 1))
 
 
 def window_sums(x: torch.Tensor, dim: int, positions: torch.Tensor, out_size: int, span: int) -> torch.Tensor:
@@ -183,7 +194,9 @@ def check_input(x: torch.Tensor, expected: tuple[int | None, ...], location: str
     at another size than the conversion's would compute wrong values. A spatial size left symbolic
     by ``torch.export`` (a dynamic axis) cannot be checked and is refused.
     """
-    if type(x) is torch.Tensor and not torch.jit.is_tracing() and x.is_floating_point():  # eager: the common case
+    # Eager, the common case; and torch.compile, whose guards on the sizes compared hold at run time. Not
+    # torch.export's strict (dynamo) tracing: there such a guard becomes a runtime assertion ONNX drops.
+    if type(x) is torch.Tensor and not torch.jit.is_tracing() and not torch.compiler.is_exporting() and x.is_floating_point():
         spatial_sizes = x.shape[-len(expected) :]
         if (
             len(spatial_sizes) == len(expected)
@@ -198,7 +211,7 @@ def check_input(x: torch.Tensor, expected: tuple[int | None, ...], location: str
         )
     shape = tuple(_static_size(s) for s in x.shape)
     spatial = shape[len(shape) - len(expected) :]
-    if any(is_concrete_int(s) and s == 0 for s in spatial):
+    if any(_known(s == 0) for s in spatial):
         raise PoolCallError(
             f"{_named(location)}: input of shape {shape} has an empty spatial axis; adaptive pooling needs non-zero "
             f"spatial sizes, as the original pool does."
@@ -207,14 +220,15 @@ def check_input(x: torch.Tensor, expected: tuple[int | None, ...], location: str
         return x
     seen = spatial
     traced = tuple("*" if e is None else e for e in expected)
-    if any(e is not None and not is_concrete_int(s) for e, s in zip(expected, seen)):
+    if any(e is not None and not (_known(s == e) or _known(s != e)) for e, s in zip(expected, seen)):
         raise SpatialSizeError(
             f"{_named(location)}: this replacement was specialised for spatial size {traced}, but it is being "
             f"exported with a dynamic spatial size ({shape}); the graph would be wrong at "
             f"other sizes. Keep spatial axes static, or convert with dynamic=True "
-            f"(fxpool.export(..., dynamic=True)) for one graph exact at every size."
+            f"(fxpool.convert(model, example, dynamic=True), fxpool.export(..., dynamic=True), "
+            f"fxpool.onnx_export_hook(dynamic=True)) for one graph exact at every size."
         )
-    if len(shape) < len(expected) or any(e is not None and e != s for e, s in zip(expected, seen)):
+    if len(shape) < len(expected) or any(e is not None and not _known(s == e) for e, s in zip(expected, seen)):
         raise SpatialSizeError(
             f"{_named(location)}: this replacement was specialised for spatial size {traced} but got input of "
             f"shape {shape} (spatial {seen}). Convert again with an example input of this "
@@ -222,6 +236,22 @@ def check_input(x: torch.Tensor, expected: tuple[int | None, ...], location: str
             f"that serves every size."
         )
     return x
+
+
+def _known(condition: Any) -> bool:
+    """``condition`` (about sizes) holds whatever a symbolic size turns out to be, without adding a guard.
+
+    Under ``torch.export`` a comparison of a symbolic size becomes a guard (a constraint on the dynamic
+    dimension, or a runtime assertion that ONNX export drops); ``statically_known_true`` decides it from
+    what is known alone, in strict (dynamo) and non-strict tracing both (dynamo even reports a SymInt as
+    an int). Elsewhere sizes are ints, or torch.compile's SymInts, whose guards hold at run time.
+    """
+    if not torch.compiler.is_exporting():
+        return bool(condition)
+    # Only tracers that make symbolic sizes reach here, and they have imported it (sympy; 0.5 s otherwise).
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return bool(statically_known_true(condition))
 
 
 def _named(location: str) -> str:
@@ -327,7 +357,10 @@ class ExactAdaptivePool(nn.Module):
             elif isinstance(step, WindowScaleStep):
                 self.register_buffer(f"weight_{index}", self._weight(step, dtype, device), persistent=False)
         for index, step in enumerate(self.plan.onnx_steps):
-            if isinstance(step, WindowReduceStep) and step.family == "max":
+            if isinstance(step, WindowReduceStep) and step.family == "max" and step.span > WINDOW_MAXIMA_MAX_GATHERS:
+                indices = window_gather_indices(step.in_size, step.out_size, step.span)
+                self.register_buffer(f"indices_onnx_{index}", indices.to(device), persistent=False)
+            elif isinstance(step, WindowReduceStep) and step.family == "max":
                 for j, indices in enumerate(window_position_indices(step.in_size, step.out_size, step.span)):
                     self.register_buffer(f"indices_onnx_{index}_{j}", indices.to(device), persistent=False)
             elif isinstance(step, WindowReduceStep):
@@ -393,7 +426,7 @@ class ExactAdaptivePool(nn.Module):
         if torch.jit.is_tracing() and any(e is not None for e in self.expected_sizes):
             if torch.onnx.is_in_onnx_export():
                 refuse_empty_torchscript_export(x, self.location)
-                x = onnx_size_guard(x, self.expected_sizes)
+                x = onnx_size_guard(x, self.expected_sizes, self.location)
             else:
                 x = traced_size_check(x, self.expected_sizes, self.location)
         elif torch.jit.is_tracing() and torch.onnx.is_in_onnx_export():
@@ -500,7 +533,10 @@ class ExactAdaptivePool(nn.Module):
         zero_by_concat: set[int] = set()
         for index, step in enumerate(self.plan.onnx_steps):
             first_spatial = 0 if spatial_first else x.dim() - dims  # where the spatial axes lie now
-            if isinstance(step, WindowReduceStep) and step.family == "max":
+            if isinstance(step, WindowReduceStep) and step.family == "max" and step.span > WINDOW_MAXIMA_MAX_GATHERS:
+                indices = getattr(self, f"indices_onnx_{index}")
+                x = window_block_maxima(x, first_spatial + step.axis, indices, step.out_size, step.span)
+            elif isinstance(step, WindowReduceStep) and step.family == "max":
                 gathers = [getattr(self, f"indices_onnx_{index}_{j}") for j in range(step.span)]
                 x = window_maxima(x, first_spatial + step.axis, gathers)
             elif isinstance(step, WindowReduceStep):
@@ -618,19 +654,58 @@ def refuse_empty_torchscript_export(x: torch.Tensor, location: str) -> None:
         )
 
 
-def onnx_size_guard(x: torch.Tensor, expected: tuple[int | None, ...]) -> torch.Tensor:
-    """``x`` reshaped to its own shape with the guarded spatial axes as constants: in an ONNX graph whose
-    spatial axes were made dynamic (``dynamic_axes``), a Reshape that fails, naming both shapes, at an
-    input whose element count differs from the one the graph was exported for.
+def onnx_size_guard(x: torch.Tensor, expected: tuple[int | None, ...], location: str = "adaptive pool") -> torch.Tensor:
+    """``x``, checked at export and guarded in the graph, for the TorchScript ONNX exporter.
 
-    It rides on the data path, where no runtime optimizer can drop it (onnxruntime folds away a check
-    on the side, as a Reshape of a constant to the input's length). A size change that keeps the count
-    (13x11 to 11x13) passes it; the windows are then the exported ones. With static input axes the
+    At export, :class:`_SpatialSizeCheck`'s translation refuses a pool input whose guarded spatial size
+    ONNX's shape inference finds dynamic (the caller's ``dynamic_axes``, with or without fxpool's hook):
+    :class:`~fxpool.errors.SpatialSizeError`, naming ``dynamic=True``. In the graph, ``x`` reshaped to its
+    own shape with the guarded spatial axes as constants: a Reshape that fails, naming both shapes, at an
+    input whose element count differs from the one the graph was exported for (where the export could
+    not tell, its input's spatial axes static and the pool's input of unknown size).
+
+    The Reshape rides on the data path, where no runtime optimizer can drop it (onnxruntime folds away
+    a check on the side, as a Reshape of a constant to the input's length). With static input axes the
     runtime checks the input's declared shape itself.
     """
+    x = _SpatialSizeCheck.apply(x, expected, location)
     dims = len(expected)
     sizes = [x.shape[axis - dims] if size is None else size for axis, size in enumerate(expected)]
     return x.reshape(tuple(x.shape[: x.dim() - dims]) + tuple(sizes))
+
+
+class _SpatialSizeCheck(torch.autograd.Function):
+    """The identity while the TorchScript exporter traces; its ONNX translation (``symbolic``) refuses a
+    pool input whose guarded spatial sizes shape inference finds dynamic, and emits nothing."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, expected: tuple[int | None, ...], location: str) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def symbolic(g: Any, x: Any, expected: tuple[int | None, ...], location: str) -> Any:
+        from torch.onnx import symbolic_helper
+
+        sizes = symbolic_helper._get_tensor_sizes(x)
+        if sizes is None or len(sizes) < len(expected):
+            return x  # nothing known here: the Reshape after it guards at run time
+        spatial = sizes[len(sizes) - len(expected) :]
+        unknown = [axis for axis, (e, s) in enumerate(zip(expected, spatial)) if e is not None and s is None]
+        # A size shape inference lost (through an op it cannot follow) is no dynamic axis: refuse only where
+        # the graph's inputs have a dynamic axis other than the batch.
+        inputs = [symbolic_helper._get_tensor_sizes(value) for value in g.graph.inputs()]
+        freed = any(None in (shape or [])[1:] for shape in inputs)
+        if unknown and freed:
+            traced = tuple("*" if e is None else e for e in expected)
+            shape = tuple("?" if s is None else s for s in sizes)
+            raise SpatialSizeError(
+                f"{_named(location)}: this replacement was specialised for spatial size {traced}, but the ONNX export "
+                f"makes its input's spatial size dynamic ({shape}: dynamic_axes); the graph would be wrong at other "
+                f"sizes. Keep spatial axes static, or convert with dynamic=True (fxpool.convert(model, example, "
+                f"dynamic=True), fxpool.export(..., dynamic=True), fxpool.onnx_export_hook(dynamic=True)) for one "
+                f"graph exact at every size."
+            )
+        return x
 
 
 _TRACED_FORMS = threading.local()
@@ -659,7 +734,7 @@ def avg_pool3d_as_2d(x: torch.Tensor, kernel: tuple[int, ...], stride: tuple[int
     H and W): ExecuTorch's runtime has no avg_pool3d kernel (a program holding one fails to load), so
     under torch.export fxpool emits this; ONNX has a 3d AveragePool and keeps it."""
     *lead, depth, height, width = x.shape
-    if any(is_concrete_int(size) and size == 0 for size in lead):  # nothing to pool: a 2d pool refuses 0 channels
+    if any(isinstance(size, int) and size == 0 for size in lead):  # nothing to pool: a 2d pool refuses 0 channels
         return F.avg_pool3d(x, kernel, stride)
     # 4d tensors throughout: runtimes lay a 2d pool's input out as NCHW (XNNPACK, LiteRT's NHWC transpose)
     planes = F.avg_pool2d(x.reshape(1, -1, height, width), kernel[1:], stride[1:])  # H and W, every (lead, D) plane

@@ -24,6 +24,9 @@ repeat, after a warm-up, and the median of the repeats is reported. Sections:
 - ``maxforms``: the max family's window maxima (ONNX export's form of general max axes) in the input's
   layout and with the spatial axes moved in front, in onnxruntime at one and two threads, against the
   planner's pick: the data :data:`fxpool.planning.SPATIAL_FIRST_MIN_COPIES` is fitted to.
+- ``dynamic``: one ``dynamic=True`` graph per pool case run at the example's size and two others, against
+  fxpool's static graph for each size, OpenVINO's native op compiled with dynamic shapes and the read-once
+  floor, at 1 and 2 threads, with its peak memory (:mod:`model_zoo_checks.dynamic_benchmarks`).
 - ``quantization``: onnxruntime's dynamic and static (QDQ) quantizers, OpenVINO's NNCF and PyTorch 2
   export quantization run by ExecuTorch, on the original and on fxpool's conversion, per replacement
   kind and on zoo models (:mod:`model_zoo_checks.quantization`; third-party output in
@@ -51,7 +54,7 @@ import fxpool.replacements
 from fxpool.exporting import exporter_reason
 from fxpool.planning import choose_plan
 
-from . import model_benchmarks, quantization
+from . import dynamic_benchmarks, model_benchmarks, quantization
 from .options import DTYPES, add_device_options, device_and_dtypes, draw_figures, ort_sessions, run_facts
 from .timing import side_by_side
 
@@ -530,8 +533,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--sections",
         nargs="*",
-        default=["pools", "convert", "avgforms", "maxforms", "quantization"],
-        choices=["pools", "convert", "avgforms", "maxforms", "quantization", "models", "compile", "aoti"],
+        default=["pools", "convert", "avgforms", "maxforms", "dynamic", "quantization"],
+        choices=["pools", "convert", "avgforms", "maxforms", "quantization", "models", "compile", "aoti", "dynamic"],
         help="models, compile and aoti (whole models, torch.compile, AOTInductor: model_zoo_checks.model_benchmarks) "
         "are asked for by name; make gpu-checks runs them on the GPU",
     )
@@ -572,6 +575,7 @@ HEADERS = {
     "maxforms": "\n| max pool | last-axis copies | ORT input layout ms (1 thread) | spatial first | input layout (2 threads) "
     "| spatial first | picked | picked / best (1 thread) | (2 threads) |\n|---|---|---|---|---|---|---|---|---|\n",
     "quantization": "\n" + quantization.HEADER,
+    "dynamic": dynamic_benchmarks.HEADER,
     "models": "\n| model | size | dtype | original ms | converted ms | converted / original |\n|---|---|---|---|---|---|\n",
     "compile": "\n| torch.compile(fullgraph=True) | dtype | converted / original |\n|---|---|---|\n",
 }
@@ -586,6 +590,8 @@ def run_section(section: str, args: argparse.Namespace, device: str, dtypes: tup
         return average_forms_section(args.repeats)
     if section == "maxforms":
         return max_forms_section(args.repeats)
+    if section == "dynamic":
+        return dynamic_benchmarks.dynamic_section(SHAPES, args.repeats, args.cases)
     if section == "quantization":
         return quantization.quantization_section(log=Path(args.out).parent / "bench-logs" / "quantization.log")
     if section == "models":

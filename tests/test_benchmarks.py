@@ -86,3 +86,15 @@ def test_the_converted_graph_quantizes_as_the_docs_say(tmp_path) -> None:
         assert row["fxpool, pool in float / static QDQ"] <= 1.1 * row["original / static QDQ"], row
         for quantizer in ("NNCF", "pt2e XNNPACK"):  # None where not installed
             assert quantization.within_bounds(row, quantizer) is not False, row
+
+
+@pytest.mark.parametrize("family", ["avg", "max"])
+def test_the_dynamic_case_times_one_graph_at_three_sizes_against_every_contender(family: str, tmp_path) -> None:
+    from model_zoo_checks import dynamic_benchmarks
+
+    row = dynamic_benchmarks.dynamic_case(family, (1, 4, 10, 10), (7, 7), repeats=1, workdir=str(tmp_path))
+    assert list(row["sizes"]) == ["10x10", "13x13", "7x7"] and row["form"].startswith("dynamic window")
+    forms = {"dynamic", "static", "floor", "openvino_dynamic"}
+    for times in row["sizes"].values():
+        assert {f"t{t}_{form}" for t in (1, 2) for form in forms} <= set(times)
+        assert all(times[k] > 0 for k in times) and 1 <= times["peak_over_in_out"] < 20

@@ -169,19 +169,19 @@ def test_an_onnx_graph_with_dynamic_spatial_axes_refuses_another_size(family: st
     path = str(tmp_path / "p.onnx")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        # dynamic spatial axes: refused at export, without fxpool's hook too (13x11 -> 11x13 keeps the count)
+        with pytest.raises(fxpool.SpatialSizeError, match="dynamic=True"):
+            torch.onnx.export(
+                converted, (torch.randn(1, 2, 13, 11),), path, dynamo=False, input_names=["x"], dynamic_axes={"x": {2: "h", 3: "w"}}
+            )
         torch.onnx.export(
-            converted,
-            (torch.randn(1, 2, 13, 11),),
-            path,
-            dynamo=False,
-            input_names=["x"],
-            dynamic_axes={"x": {0: "b", 2: "h", 3: "w"}},
+            converted, (torch.randn(1, 2, 13, 11),), path, dynamo=False, input_names=["x"], dynamic_axes={"x": {0: "b"}}
         )
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     x = torch.randn(4, 2, 13, 11)
     torch.testing.assert_close(torch.from_numpy(session.run(None, {"x": x.numpy()})[0]), pool(x), rtol=1e-5, atol=1e-5)
-    for other in ((1, 2, 13, 13), (1, 2, 12, 11), (1, 2, 14, 11)):
-        with pytest.raises(Exception, match="Reshape"):
+    for other in ((1, 2, 13, 13), (1, 2, 12, 11), (1, 2, 11, 13)):
+        with pytest.raises(Exception, match="dimensions"):
             session.run(None, {"x": torch.randn(other).numpy()})
 
 

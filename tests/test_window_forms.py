@@ -333,6 +333,23 @@ def test_2d_and_3d_in_onnxruntime_export_gathers_and_max(dynamo: bool, tmp_path)
 
 
 @pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_long_max_windows_are_one_gather_and_a_reducemax_with_a_nan_flag(dynamo: bool, tmp_path) -> None:
+    import onnx
+
+    from fxpool.planning import WINDOW_MAXIMA_MAX_GATHERS
+
+    for in_sizes, out_sizes in [((2000,), (19,)), ((70, 9), (2, 5))]:
+        plan = choose_plan("max", in_sizes, out_sizes)
+        assert max(s.span for s in plan.onnx_steps if isinstance(s, WindowReduceStep)) > WINDOW_MAXIMA_MAX_GATHERS
+        x = with_specials((2, 4, *in_sizes), seed=len(in_sizes))
+        pool = (torch.nn.AdaptiveMaxPool1d if len(in_sizes) == 1 else torch.nn.AdaptiveMaxPool2d)(out_sizes)
+        ours = _onnxruntime(pool, x, tmp_path / "pool.onnx", dynamo)
+        assert_max_equal(ours, NATIVE[len(in_sizes)](x, out_sizes), (in_sizes, out_sizes))
+        ops = [node.op_type for node in onnx.load(str(tmp_path / "pool.onnx")).graph.node]
+        assert {"ReduceMax", "Abs", "IsNaN"} <= set(ops) and "MaxPool" not in ops and len(ops) < 60, ops
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
 def test_block_form_in_onnxruntime_exports_reshapes_and_sums(dynamo: bool, tmp_path) -> None:
     import onnx
 

@@ -1,0 +1,165 @@
+"""The ``dynamic`` benchmark section: one ``dynamic=True`` graph at sizes it was and was not exported at.
+
+Per pool case of ``benchmarks.SHAPES`` and per intra-op thread count (1 and 2), one ONNX graph of
+``fxpool.convert(pool, x, dynamic=True)`` (the TorchScript exporter, spatial axes dynamic) runs at the
+example's size and two others (about 1.3x and 0.7x per axis), each timed side by side with, at that size:
+fxpool's static graph exported for it, OpenVINO's native AdaptiveAvgPool/AdaptiveMaxPool compiled once with
+dynamic spatial dimensions, and the read-once floor (one ReduceMax over the spatial axes). Medians of
+alternating repeats (``model_zoo_checks.timing``); ratios within one run are what to read on a loaded machine.
+
+Peak memory: the input plus the most bytes the graph form's tensors hold at once, run in eager under a
+dispatch mode that counts them (:func:`peak_memory`), against input plus output (``peak / (in + out)``).
+(onnxruntime's resident set, read around one run in a fresh process, did not move for inputs of a few MB.)
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import weakref
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import fxpool
+
+from .options import ort_sessions
+from .timing import side_by_side
+
+THREADS = (1, 2)
+SCALES = (1.3, 0.7)  # the two sizes beside the example's, per spatial axis
+
+
+class _PeakBytes(TorchDispatchMode):
+    """The most bytes of tensors made inside the block alive at once (weak references free them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = self.peak = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        for tensor in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(tensor, torch.Tensor) and tensor.untyped_storage().nbytes():
+                size = tensor.untyped_storage().nbytes()
+                self.live += size
+                self.peak = max(self.peak, self.live)
+                weakref.finalize(tensor, self._free, size)
+        return out
+
+    def _free(self, size: int) -> None:
+        self.live -= size
+
+
+class _Floor(nn.Module):
+    def __init__(self, dims: int) -> None:
+        super().__init__()
+        self.dims = tuple(range(-dims, 0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.amax(x, dim=self.dims, keepdim=True)
+
+
+def _native(family: str, output: tuple[int, ...]) -> nn.Module:
+    return getattr(nn, f"Adaptive{family.capitalize()}Pool{len(output)}d")(output)
+
+
+def other_sizes(spatial: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The example's spatial size and two others, about 1.3x and 0.7x per axis (at least 1)."""
+    return [spatial] + [tuple(max(1, math.ceil(s * scale)) for s in spatial) for scale in SCALES]
+
+
+def _export(module: nn.Module, x: torch.Tensor, path: str, dynamic_spatial: bool) -> None:
+    axes = {"x": {a: f"s{a}" for a in range(2, x.dim())}} if dynamic_spatial else None
+    torch.onnx.export(module, (x,), path, dynamo=False, input_names=["x"], dynamic_axes=axes)
+
+
+def _openvino_dynamic(module: nn.Module, x: torch.Tensor, threads: int) -> Any:
+    """OpenVINO's conversion of the original pool with dynamic spatial dimensions, compiled once; None without it."""
+    try:
+        import openvino
+    except ImportError:
+        return None
+    shape = openvino.PartialShape(list(x.shape[:2]) + [-1] * (x.dim() - 2))
+    model = openvino.convert_model(module, example_input=x, input=[shape])
+    config = {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32"}
+    return openvino.Core().compile_model(model, "CPU", config).create_infer_request()
+
+
+def peak_memory(module: nn.Module, x: torch.Tensor) -> dict[str, float]:
+    """The graph form's peak in eager (:meth:`~fxpool.dynamic.DynamicAdaptiveAvgPool.traced_form`: the window
+    gathers every torch.export-based exporter gets; the TorchScript graph's slices hold less): the input,
+    plus the most bytes its tensors hold at once, against input plus output."""
+    with torch.no_grad(), _PeakBytes() as meter:
+        out = module.traced_form(x)
+    size_in, size_out = x.untyped_storage().nbytes(), out.untyped_storage().nbytes()
+    peak = size_in + meter.peak
+    return {"peak_MB": peak / 1e6, "peak_over_in_out": peak / (size_in + size_out)}
+
+
+def dynamic_case(
+    family: str, shape: tuple[int, ...], output: tuple[int, ...], repeats: int, workdir: str, with_memory: bool = True
+) -> dict[str, Any]:
+    """Every size and thread count of one pool case: ``{size: {t{threads}_{form}: seconds}}`` and the memory."""
+    x = torch.randn(shape)
+    native = _native(family, output).eval()
+    dims = len(output)
+    converted = fxpool.convert(native, x, dynamic=True)
+    dynamic_path = f"{workdir}/dynamic.onnx"
+    _export(converted, x, dynamic_path, dynamic_spatial=True)
+    row: dict[str, Any] = {"form": fxpool.report_of(converted).records[0].replacement, "sizes": {}}
+    requests = {threads: _openvino_dynamic(native, x, threads) for threads in THREADS}
+    for spatial in other_sizes(tuple(shape[-dims:])):
+        xs = torch.randn(tuple(shape[:-dims]) + spatial)
+        paths = {"dynamic": dynamic_path, "static": f"{workdir}/static.onnx", "floor": f"{workdir}/floor.onnx"}
+        _export(fxpool.convert(native, xs), xs, paths["static"], dynamic_spatial=False)
+        _export(_Floor(dims), xs, paths["floor"], dynamic_spatial=False)
+        array = xs.numpy()
+        times: dict[str, float] = {}
+        for threads in THREADS:
+            sessions = ort_sessions(paths, threads=threads)
+            contenders: dict[str, Any] = {name: (lambda s=s: s.run(None, {"x": array})) for name, s in sessions.items()}
+            request = requests[threads]
+            if request is not None:
+                contenders["openvino_dynamic"] = lambda r=request: r.infer([array])
+            times.update({f"t{threads}_{name}": t for name, t in side_by_side(contenders, repeats).items()})
+        if with_memory:
+            pool = next(m for m in converted.modules() if hasattr(m, "traced_form"))
+            times.update(peak_memory(pool, xs))
+        row["sizes"]["x".join(map(str, spatial))] = times
+    return row
+
+
+def dynamic_section(shapes: Any, repeats: int, only: str = "") -> list[dict[str, Any]]:
+    """One row per pool case and size (see the module docstring); prints a markdown line per row."""
+    rows = []
+    with tempfile.TemporaryDirectory() as workdir:
+        for name, family, shape, output in shapes:
+            if only not in name:
+                continue
+            case = dynamic_case(family, shape, output, repeats, workdir)
+            for size, times in case["sizes"].items():
+                row = {"case": name, "form": case["form"], "size": size, **times}
+                rows.append(row)
+                print(dynamic_line(row), flush=True)
+    return rows
+
+
+HEADER = (
+    "\n| dynamic pool | size | dynamic ms (1 thread) | / static | / OpenVINO dynamic | / floor | (2 threads) / static "
+    "| / OpenVINO dynamic | peak / (in + out) |\n|---|---|---|---|---|---|---|---|---|\n"
+)
+
+
+def dynamic_line(row: dict[str, Any]) -> str:
+    def ratio(a: str, b: str) -> str:
+        return f"{row[a] / row[b]:.2f}" if a in row and b in row else "–"
+
+    memory = f"{row['peak_over_in_out']:.2f}" if "peak_over_in_out" in row else "–"
+    return (
+        f"| {row['case']} | {row['size']} | {row['t1_dynamic'] * 1e3:.3f} | {ratio('t1_dynamic', 't1_static')} "
+        f"| {ratio('t1_dynamic', 't1_openvino_dynamic')} | {ratio('t1_dynamic', 't1_floor')} "
+        f"| {ratio('t2_dynamic', 't2_static')} | {ratio('t2_dynamic', 't2_openvino_dynamic')} | {memory} |"
+    )
