@@ -21,7 +21,7 @@ import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
-from .isolation import CHECKOUT, Finished, Limits, attempt
+from .isolation import CHECKOUT, STOP, Finished, Limits, attempt
 from .plan import Job
 
 # What the tasks' working directory leaves behind on its way to a cluster.
@@ -34,20 +34,29 @@ def ray_available() -> bool:
     return importlib.util.find_spec("ray") is not None
 
 
-def process_results(jobs: Sequence[Job], limits: Limits, workers: int, verbose: bool = False) -> Iterator[tuple[Job, Finished]]:
-    """Each job's outcome as it finishes, ``workers`` cases at a time on this machine."""
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="zoo-case") as pool:
-        running = {pool.submit(attempt, job, limits, verbose): job for job in jobs}
-        try:
-            for future in as_completed(running):
-                yield running[future], future.result()
-        finally:
-            for future in running:
-                future.cancel()  # an interrupted driver starts nothing more
+def process_results(
+    jobs: Sequence[Job], limits: Limits, workers: int, verbose: bool = False, worker: str | None = None
+) -> Iterator[tuple[Job, Finished]]:
+    """Each job's outcome as it finishes, ``workers`` cases at a time on this machine (``worker``: see
+    :func:`~model_zoo_checks.isolation.attempt`)."""
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="zoo-case")
+    running = {pool.submit(attempt, job, limits, verbose, worker): job for job in jobs}
+    try:
+        for future in as_completed(running):
+            yield running[future], future.result()
+    finally:  # an interrupted driver starts nothing more and stops the workers it runs
+        STOP.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        STOP.clear()
 
 
 def ray_results(
-    jobs: Sequence[Job], limits: Limits, address: str | None, workers: int | None, verbose: bool = False
+    jobs: Sequence[Job],
+    limits: Limits,
+    address: str | None,
+    workers: int | None,
+    verbose: bool = False,
+    worker: str | None = None,
 ) -> Iterator[tuple[Job, Finished]]:
     """Each job's outcome as it finishes, each job a Ray task (see the module's docstring)."""
     import ray

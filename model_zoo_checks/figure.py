@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .reporting import STAGES, STATES, by_model, counts, model_stage
+from .reporting import STAGES, STATES, by_model, counts, model_stage, read_field
 
 COLOURS = {
     "holds": "#43a047",
@@ -40,7 +40,7 @@ def plot(cases: Sequence[Any], paths: Sequence[Path]) -> None:
     from matplotlib.patches import Patch
 
     groups = by_model(cases)
-    ran = {model: group for model, group in groups.items() if any(c_status(c) != "skip" for c in group)}
+    ran = {model: group for model, group in groups.items() if any(read_field(c, "status") != "skip" for c in group)}
     facets = [list(ran)[k : k + FACET_ROWS] for k in range(0, len(ran), FACET_ROWS)] or [[]]
     rows_of_facets = -(-len(facets) // FACETS_PER_ROW)
     across = min(len(facets), FACETS_PER_ROW)
@@ -94,10 +94,6 @@ def plot(cases: Sequence[Any], paths: Sequence[Path]) -> None:
     for path in paths:
         figure.savefig(path, dpi=90, bbox_inches="tight", metadata={"Date": None} if path.suffix == ".svg" else None)
     plt.close(figure)
-
-
-def c_status(case: Any) -> str:
-    return case.get("status") if isinstance(case, dict) else case.status
 
 
 def _short(model: str, width: int = 34) -> str:

@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,11 +92,16 @@ class Finished:
         return f"the worker process exited with status {last.returncode} without writing its case"
 
 
+INTERRUPTED = "interruption of the sweep"
+# Set by a driver that stops (Ctrl-C): the workers this process supervises are killed, nothing more starts.
+STOP = threading.Event()
+
+
 def supervise(
     command: list[str], limits: Limits, log: Path, cwd: Path | None = None, verbose: bool = False, env: dict[str, str] | None = None
 ) -> Exit:
     """Run ``command`` with its output in ``log`` (on the console with ``verbose``), within ``limits``
-    (``env``: variables to add to this process's)."""
+    (``env``: variables to add to this process's); killed at once when :data:`STOP` is set."""
     started = time.monotonic()
     path = os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))
     env = os.environ | {"PYTHONPATH": path} | (env or {})
@@ -109,6 +115,8 @@ def supervise(
                 limit = f"memory limit of {limits.memory_bytes / 2**30:.1f} GiB (resident {peak / 2**30:.1f} GiB)"
             elif time.monotonic() - started > limits.seconds:
                 limit = f"time limit of {limits.seconds:.0f} s"
+            elif STOP.is_set():
+                limit = INTERRUPTED
             if limit:
                 process.kill()
                 process.wait()
@@ -137,14 +145,18 @@ def resident_bytes(pid: int) -> int:
         return 0
 
 
-def attempt(job: Job, limits: Limits, verbose: bool = False, worker: str = WORKER) -> Finished:
-    """Run the job's case in a worker process (twice where the first dies of a signal); never raises for the case."""
+def attempt(job: Job, limits: Limits, verbose: bool = False, worker: str | None = None) -> Finished:
+    """Run the job's case in a worker process (twice where the first dies of a signal); never raises for the case.
+
+    ``worker``: the module ``python -m`` runs (default :data:`WORKER`; the tests give a stand-in)."""
     scratch = Path(tempfile.mkdtemp(prefix="fxpool-zoo-"))
     try:
         log, result = scratch / "case.log", scratch / "case.json"
         exits: list[Exit] = []
         for _ in range(ATTEMPTS):
-            command = [sys.executable, "-m", worker, job.to_json(), str(result)]
+            if STOP.is_set():
+                break
+            command = [sys.executable, "-m", worker or WORKER, job.to_json(), str(result)]
             # CASE_DIR: a folder the attempts of one case share (faults.py's once-only crash remembers itself there)
             exits.append(supervise(command, limits, log, cwd=CHECKOUT, verbose=verbose, env={CASE_DIR: str(scratch)}))
             if not exits[-1].crashed:

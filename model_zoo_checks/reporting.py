@@ -64,32 +64,33 @@ def _replace(path: Path, text: str) -> None:
     os.replace(temporary, path)
 
 
-def _get(case: Any, name: str, default: Any = None) -> Any:
+def read_field(case: Any, name: str, default: Any = None) -> Any:
     """A field of a case object or of its JSON record (the docs' kept reports are dicts)."""
     return case.get(name, default) if isinstance(case, dict) else getattr(case, name, default)
 
 
 def stages(case: Any) -> dict[str, str]:
     """Each stage of :data:`STAGES` for one case, as one of :data:`STATES`."""
-    if _get(case, "status") == "skip":
+    if read_field(case, "status") == "skip":
         return dict.fromkeys(STAGES, "skipped")
-    runs = not _get(case, "stopped") and not (_get(case, "reason", "") or "").startswith("the model cannot be built")
+    runs = not read_field(case, "stopped") and not (read_field(case, "reason", "") or "").startswith("the model cannot be built")
     found = {"runs": "holds" if runs else "fails", "convert": _convert_state(case) if runs else "not tried"}
     for stage, attribute in _EXPORT_STAGES.items():
-        text = _get(case, attribute, "") or ""
+        text = read_field(case, attribute, "") or ""
         alike = "(the original alike)" in text or "(the original neither)" in text
-        if stage == "TorchScript ONNX" and text.startswith("fails") and text == _get(case, "stock_torchscript", ""):
+        if stage == "TorchScript ONNX" and text.startswith("fails") and text == read_field(case, "stock_torchscript", ""):
             alike = True
         found[stage] = (
             "not tried" if not text else "holds" if text.startswith("ok") else "the original fails too" if alike else "fails"
         )
-    program = _get(case, "pt2", "") or ""
+    program = read_field(case, "pt2", "") or ""
     if program:
         found["PT2 program"] = "holds" if program == "ok" else "fails"
     else:
-        found["PT2 program"] = "the original fails too" if "PT2 not tried" in (_get(case, "reason", "") or "") else "not tried"
-    onnx = [_get(case, a, "") or "" for a in ("converted_torchscript", "converted_dynamo")]
-    verified = [_get(case, e) for e in ("torchscript_ort_error", "dynamo_ort_error")]
+        not_tried = "PT2 not tried" in (read_field(case, "reason", "") or "")  # the original does not torch.export
+        found["PT2 program"] = "the original fails too" if not_tried else "not tried"
+    onnx = [read_field(case, a, "") or "" for a in ("converted_torchscript", "converted_dynamo")]
+    verified = [read_field(case, e) for e in ("torchscript_ort_error", "dynamo_ort_error")]
     if any(text == "fails: not verified" for text in onnx):
         found["onnxruntime"] = "fails"
     else:
@@ -98,19 +99,19 @@ def stages(case: Any) -> dict[str, str]:
 
 
 def _convert_state(case: Any) -> str:
-    recorded = _get(case, "convert", "") or ""
+    recorded = read_field(case, "convert", "") or ""
     if recorded:
         return "holds" if recorded == "ok" else "fails"
-    if _get(case, "status") == "fail":
+    if read_field(case, "status") == "fail":
         return "fails"
-    return "holds" if _get(case, "eager_max_error") is not None else "not tried"  # a report from before the field
+    return "holds" if read_field(case, "eager_max_error") is not None else "not tried"  # a report from before the field
 
 
 def by_model(cases: Sequence[Any]) -> dict[str, list[Any]]:
     """The cases of each model, in the order they come."""
     grouped: dict[str, list[Any]] = {}
     for case in cases:
-        grouped.setdefault(_get(case, "model"), []).append(case)
+        grouped.setdefault(read_field(case, "model"), []).append(case)
     return grouped
 
 
@@ -131,16 +132,16 @@ def compatibility_rows(cases: Sequence[Any]) -> list[tuple[str, ...]]:
         for stage in STAGES:
             per_case = [MARKS[stages(c)[stage]] for c in group]
             marks.append(per_case[0] if len(set(per_case)) == 1 else " / ".join(per_case))
-        verdicts = [_get(c, "status") for c in group]
+        verdicts = [read_field(c, "status") for c in group]
         result = verdicts[0] if len(set(verdicts)) == 1 else " / ".join(verdicts)
         why = "; ".join(
             dict.fromkeys(
-                f"{_shape(c)}: {_get(c, 'reason')}" if len(group) > 1 else _get(c, "reason")
+                f"{_shape(c)}: {read_field(c, 'reason')}" if len(group) > 1 else read_field(c, "reason")
                 for c in group
-                if _get(c, "reason") and _get(c, "status") != "pass"
+                if read_field(c, "reason") and read_field(c, "status") != "pass"
             )
         )
-        rows.append((model, _get(group[0], "suite", ""), ", ".join(_shape(c) for c in group), result, *marks, why))
+        rows.append((model, read_field(group[0], "suite", ""), ", ".join(_shape(c) for c in group), result, *marks, why))
     return rows
 
 
@@ -148,7 +149,7 @@ COMPATIBILITY_HEADER = ("model", "suite", "input", "result", *STAGES, "why (fail
 
 
 def _shape(case: Any) -> str:
-    spatial = list(_get(case, "input_shape"))[2:]
+    spatial = list(read_field(case, "input_shape"))[2:]
     return str(spatial[0]) if len(spatial) == 2 and spatial[0] == spatial[1] else "x".join(map(str, spatial))
 
 
@@ -159,17 +160,56 @@ def compatibility_csv(cases: Sequence[Any]) -> str:
     writer.writerow(["model", "suite", "input_shape", "status", *STAGES, "stopped", "reason"])
     for case in cases:
         state = stages(case)
-        shape = "x".join(map(str, _get(case, "input_shape")))
+        shape = "x".join(map(str, read_field(case, "input_shape")))
         writer.writerow(
-            [_get(case, "model"), _get(case, "suite", ""), shape, _get(case, "status")]
+            [read_field(case, "model"), read_field(case, "suite", ""), shape, read_field(case, "status")]
             + [state[stage] for stage in STAGES]
-            + [_get(case, "stopped", "") or "", _get(case, "reason", "") or ""]
+            + [read_field(case, "stopped", "") or "", read_field(case, "reason", "") or ""]
         )
     return out.getvalue()
 
 
+# What two runs of the same case may differ in: times, memory, where it ran, log paths and tracebacks.
+MEASURED = frozenset(
+    {
+        "seconds",
+        "convert_s",
+        "forward_s",
+        "ort_ms_converted",
+        "ort_ms_original_dynamo",
+        "ort_speedup",
+        "ort_noise",
+        "pool_speeds",
+        "details",
+        "log",
+        "peak_memory_mb",
+        "worker_seconds",
+        "host",
+    }
+)
+
+
+def differences(first: Sequence[Any], second: Sequence[Any]) -> list[str]:
+    """How two sweeps' cases differ, measurements left out (:data:`MEASURED`): one line per case that differs."""
+
+    def keyed(cases: Sequence[Any]) -> dict[tuple[str, tuple[int, ...]], dict[str, Any]]:
+        return {(c.model, tuple(c.input_shape)): {k: v for k, v in asdict(c).items() if k not in MEASURED} for c in cases}
+
+    a, b = keyed(first), keyed(second)
+    lines = []
+    for key in [*a, *(k for k in b if k not in a)]:
+        label = f"{key[0]} {'x'.join(map(str, key[1]))}"
+        if key not in b or key not in a:
+            lines.append(f"{label}: only in the {'first' if key in a else 'second'}")
+            continue
+        fields = [f"{name} {a[key][name]!r} != {b[key].get(name)!r}" for name in a[key] if a[key][name] != b[key].get(name)]
+        if fields:
+            lines.append(f"{label}: " + "; ".join(fields))
+    return lines
+
+
 def counts(cases: Sequence[Any]) -> dict[str, int]:
-    return {s: sum(c.status == s for c in cases) for s in STATUSES}
+    return {s: sum(read_field(c, "status") == s for c in cases) for s in STATUSES}
 
 
 def export_state(text: str) -> str:

@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -803,9 +803,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     workers = args.workers or max(1, (os.cpu_count() or 1) // args.threads)
     limits = Limits(args.time_limit, int(args.memory_limit * 2**30))
-    if args.backend == "ray":
+    results: Iterator[tuple[plan.Job, Finished]] = iter(())  # nothing to run: no backend to start
+    if todo and args.backend == "ray":
         results = backends.ray_results(todo, limits, args.address, args.workers and args.workers * args.threads, args.verbose)
-    else:
+    elif todo:
         results = backends.process_results(todo, limits, workers, args.verbose)
     print(
         f"fxpool zoo: {len(laid_out)} cases, {len(laid_out) - len(todo)} kept or reported without running, "

@@ -80,15 +80,16 @@ def test_reports_are_written_and_a_run_resumes_from_them(tmp_path) -> None:
     zoo.write_reports(cases, tmp_path)
     assert json.loads((tmp_path / "report.json").read_text())[1]["reason"] == "because"
     assert "1 pass, 0 fail, 1 skip" in (tmp_path / "report.md").read_text()
-    assert (tmp_path / "zoo.png").stat().st_size > 1000
-    assert zoo._load_cases(tmp_path / "report.json") == cases
-    assert zoo.main(["--models", "alexnet", "--sizes", "160", "--report", str(tmp_path), "--resume"]) == 0
+    assert (tmp_path / "zoo.png").stat().st_size > 1000 and (tmp_path / "zoo.svg").is_file()
+    assert [zoo.case_from_record(r) for r in json.loads((tmp_path / "report.json").read_text())] == cases
+    resumed = ["--models", "alexnet", "--sizes", "160", "--report", str(tmp_path), "--resume", "--backend", "processes"]
+    assert zoo.main(resumed) == 0
     assert json.loads((tmp_path / "report.json").read_text())[0]["ort_speedup"] == 2.0  # kept, not rerun
 
 
 @pytest.mark.slow
 def test_full_sweep_default_set(tmp_path) -> None:
-    assert zoo.main(["--report", str(tmp_path)]) == 0
+    assert zoo.main(["--report", str(tmp_path), "--backend", "processes"]) == 0
 
 
 @pytest.mark.cuda
@@ -96,20 +97,6 @@ def test_cuda_sweep_case_checks_three_dtypes(tmp_path) -> None:
     case = zoo.check("squeezenet1_1", (1, 3, 96, 96), str(tmp_path), ["dynamo"], device="cuda", dtypes=tuple(zoo.DTYPES))
     assert case.status == "pass", case.reason
     assert set(case.eager_errors) == set(zoo.DTYPES)
-
-
-def test_shards_split_the_sweep_and_merge_back(tmp_path) -> None:
-    cases = {
-        k: zoo.Case(m, (1, 3, s, s), status="pass", eager_max_error=0.0)
-        for k, (m, s) in enumerate([("alexnet", 160), ("alexnet", 320), ("vgg11", 160)])
-    }
-    zoo.write_reports([cases[0], cases[2]], tmp_path / "a", picture=False)
-    zoo.write_reports([cases[1]], tmp_path / "b", picture=False)
-    assert zoo.main(["--merge", str(tmp_path / "a"), str(tmp_path / "b"), "--report", str(tmp_path / "all")]) == 0
-    merged = zoo._load_cases(tmp_path / "all" / "report.json")
-    assert [(c.model, c.input_shape[-1]) for c in merged] == [("alexnet", 160), ("alexnet", 320), ("vgg11", 160)]
-    with pytest.raises(SystemExit):
-        zoo.main(["--shard", "3/2"])
 
 
 def test_a_model_torch_export_cannot_capture_either_way_is_not_blamed_on_fxpool() -> None:
