@@ -715,6 +715,15 @@ def _parser() -> argparse.ArgumentParser:
         "as skips without running (model_zoo_checks/registry.json)",
     )
     parser.add_argument(
+        "--sample",
+        type=int,
+        default=None,
+        metavar="N",
+        help="sweep N of the chosen models that run, spread evenly over them (every k-th): a slice that stands for the "
+        "whole, to time it (the models reported without running are left out)",
+    )
+    parser.add_argument("--list", action="store_true", help="print the chosen models, one a line, and run nothing")
+    parser.add_argument(
         "--exporters",
         nargs="*",
         default=list(EXPORTERS),
@@ -781,10 +790,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.backend == "ray" and not backends.ray_available():
         parser.error("--backend ray: Ray is not installed; pip install -e '.[ray]', or --backend processes")
     names = _names(parser, args)
+    reasons = plan.unswept(names, args.every_model)
+    if args.sample:
+        runnable = [n for n in names if n not in reasons]
+        names = runnable[:: max(1, len(runnable) // args.sample)][: args.sample]
+    if args.list:
+        print("\n".join(names))
+        return 0
     settings = {"exporters": tuple(args.exporters), "device": device, "dtypes": dtypes, "threads": args.threads}
     default_set = not (args.all or args.every_model or args.models or args.sizes)  # one shape for its slowest models
     laid_out = plan.jobs(names, args.sizes, args.all or args.every_model, settings, DEFAULT_SHAPES if default_set else None)
-    reasons = plan.unswept(names, args.every_model)
     folder = Path(args.report)
     kept = journal.read(folder) if args.resume else []
     if args.rerun_failures:

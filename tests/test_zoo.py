@@ -336,3 +336,51 @@ def test_a_model_that_cannot_be_built_is_a_failed_case_not_an_exception(tmp_path
 def test_an_original_that_does_not_run_at_the_shape_is_skipped(tmp_path) -> None:
     case = zoo.check("alexnet", (1, 3, 8, 8), str(tmp_path), ["dynamo"])  # its max pools shrink 8x8 to nothing
     assert case.status == "skip" and case.reason.startswith("the original model does not run at (1, 3, 8, 8)")
+
+
+def test_the_registry_census_says_which_models_hold_a_pool_and_what_they_cost() -> None:
+    from model_zoo_checks import registry
+
+    rows = registry.census()
+    assert rows["resnet18"].holds_pool and rows["resnet18"].params == 11_689_512 and rows["resnet18"].size == (224, 224)
+    assert not rows["vit_b_16"].holds_pool  # torchvision's ViT pools by indexing the class token
+    larger, smaller = catalog.cost("resnet18", (1, 3, 320, 320)), catalog.cost("resnet18", (1, 3, 160, 160))
+    assert larger == 4 * smaller > catalog.cost("alexnet", (1, 3, 8, 8))
+
+
+def test_every_model_reports_the_models_without_a_pool_and_runs_the_rest() -> None:
+    from model_zoo_checks import plan, registry
+
+    names = catalog.every_name(["torchvision"])
+    assert {"vit_b_16", "raft_small", "resnet18", "pspnet_resnet18"} <= set(names)
+    reasons = plan.unswept(names, every_model=True)
+    assert reasons["vit_b_16"] == catalog.NO_POOL and "resnet18" not in reasons
+    assert set(names) - set(reasons) == {n for n in names if registry.census()[n].holds_pool}
+
+
+def test_the_pytorchcv_suite_sweeps_one_model_per_family_at_its_own_size_and_another() -> None:
+    pytest.importorskip("pytorchcv")
+    names = catalog.swept_names(["pytorchcv"])
+    families = [catalog.pytorchcv_suite.family(n) for n in names]
+    assert len(families) == len(set(families)) == 43 and "pytorchcv/seresnet10" in names  # the smallest SE-ResNet
+    assert catalog.input_shapes("pytorchcv/seresnet10", None, with_native=False) == [(1, 3, 224, 224), (1, 3, 250, 250)]
+    assert catalog.input_shapes("pytorchcv/seresnet20_cifar10", None, with_native=False) == [(1, 3, 32, 32), (1, 3, 58, 58)]
+    assert "librosa" in catalog.not_swept("pytorchcv/quartznet5x5_en_ls")
+    assert catalog.build("pytorchcv/seresnet10")(torch.randn(1, 3, 64, 64)).shape == (1, 1000)
+
+
+@pytest.mark.slow
+def test_the_registry_census_covers_the_installed_libraries() -> None:
+    import importlib.metadata
+    import json
+
+    from model_zoo_checks import registry
+
+    kept = json.loads(registry.PATH.read_text())
+    for suite, library in registry.LIBRARIES.items():
+        if not catalog.installed(suite):
+            continue
+        rewrite = f"python -m model_zoo_checks.registry --suite {suite}"
+        assert kept["versions"][suite] == importlib.metadata.version(library), rewrite
+        censused = {n for n in registry.census() if catalog.suite_of(n) == suite}
+        assert censused == set(catalog.every_name([suite]))
