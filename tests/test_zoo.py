@@ -366,7 +366,7 @@ def test_the_pytorchcv_suite_sweeps_one_model_per_family_at_its_own_size_and_ano
     assert catalog.input_shapes("pytorchcv/seresnet10", None, with_native=False) == [(1, 3, 224, 224), (1, 3, 250, 250)]
     assert catalog.input_shapes("pytorchcv/seresnet20_cifar10", None, with_native=False) == [(1, 3, 32, 32), (1, 3, 58, 58)]
     assert "librosa" in catalog.not_swept("pytorchcv/quartznet5x5_en_ls")
-    assert catalog.build("pytorchcv/seresnet10")(torch.randn(1, 3, 64, 64)).shape == (1, 1000)
+    assert catalog.build("pytorchcv/seresnet10")(torch.randn(1, 3, 224, 224)).shape == (1, 1000)
 
 
 @pytest.mark.slow
