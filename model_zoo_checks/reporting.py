@@ -183,6 +183,7 @@ MEASURED = frozenset(
         "details",
         "log",
         "peak_memory_mb",
+        "cpu_seconds",
         "worker_seconds",
         "host",
     }

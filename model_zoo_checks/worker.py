@@ -42,6 +42,14 @@ def peak_memory_mb() -> float:
     return peak / (2**20 if sys.platform == "darwin" else 2**10)
 
 
+def cpu_seconds() -> float:
+    """This process's CPU time so far (user and system, every thread): the core-seconds the case took."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     job_json, result = list(sys.argv[1:] if argv is None else argv)
     _follow_parent()
@@ -55,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="fxpool-zoo-case-") as workdir:
         case = check(job.model, job.input_shape, workdir, job.exporters, job.device, job.dtypes)
     case.peak_memory_mb = peak_memory_mb()
+    case.cpu_seconds = cpu_seconds()
     temporary = Path(result).with_suffix(".tmp")
     temporary.write_text(json.dumps(asdict(case)))
     os.replace(temporary, result)

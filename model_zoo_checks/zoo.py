@@ -57,7 +57,7 @@ from fxpool.exporting import exporter_reason
 from fxpool.replacements import traced_forms
 from fxpool.verifying import op_histogram, run_onnxruntime, verify_onnx
 
-from . import backends, journal, plan
+from . import backends, journal, plan, registry
 from .benchmarks import onnx_case
 from .catalog import DEFAULT_SHAPES, SUITES, build, cost, default_names, every_name, installed, not_swept, suite_of, swept_names
 from .census import pool_calls
@@ -158,6 +158,7 @@ class Case:
     attempts: int = 1
     stopped: str = ""
     peak_memory_mb: float | None = None
+    cpu_seconds: float | None = None  # the worker's CPU time, all its threads (onnxruntime's too): core-seconds
     worker_seconds: float | None = None
     host: str = ""
 
@@ -722,6 +723,13 @@ def _parser() -> argparse.ArgumentParser:
         help="sweep N of the chosen models that run, spread evenly over them (every k-th): a slice that stands for the "
         "whole, to time it (the models reported without running are left out)",
     )
+    parser.add_argument(
+        "--max-params",
+        type=float,
+        default=None,
+        metavar="M",
+        help="leave out the models of more than M million parameters (registry census): a slice that runs in minutes",
+    )
     parser.add_argument("--list", action="store_true", help="print the chosen models, one a line, and run nothing")
     parser.add_argument(
         "--exporters",
@@ -791,6 +799,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--backend ray: Ray is not installed; pip install -e '.[ray]', or --backend processes")
     names = _names(parser, args)
     reasons = plan.unswept(names, args.every_model)
+    if args.max_params is not None:
+        names = [n for n in names if n in reasons or registry.entry(n).params <= args.max_params * 1e6]
     if args.sample:
         runnable = [n for n in names if n not in reasons]
         names = runnable[:: max(1, len(runnable) // args.sample)][: args.sample]
