@@ -398,7 +398,8 @@ def runtimes_markdown(results: dict[str, Any]) -> str:
 
 
 def render(kind: str, path: Path, *arguments: str) -> str:
-    """The markdown of one docs marker: ``zoo``/``bench``/``runtimes``/``gpu`` of the report at ``path``."""
+    """The markdown of one docs marker: ``zoo``/``bench``/``runtimes``/``gpu`` of the report at ``path``, or
+    ``estimate`` (:mod:`model_zoo_checks.estimate`) of a kept slice for the suite ``arguments[0]``."""
     if not path.exists():
         raise FileNotFoundError(f"the docs ask for a {kind} table of {path}, which does not exist")
     if kind == "zoo":
@@ -409,7 +410,12 @@ def render(kind: str, path: Path, *arguments: str) -> str:
         return runtimes_markdown(json.loads(path.read_text()))
     if kind == "gpu":
         return gpu_markdown(path)
-    raise ValueError(f"unknown table kind {kind!r} (zoo, bench, runtimes, gpu)")
+    if kind == "estimate":  # arguments: the suite
+        from .estimate import estimate, markdown
+
+        suite = arguments[0] if arguments else "timm"
+        return markdown(estimate(load_cases([path]), suite), suite)
+    raise ValueError(f"unknown table kind {kind!r} (zoo, bench, runtimes, gpu, estimate)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -39,6 +39,7 @@ import contextlib
 import copy
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -730,6 +731,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="M",
         help="leave out the models of more than M million parameters (registry census): a slice that runs in minutes",
     )
+    parser.add_argument(
+        "--one-size",
+        action="store_true",
+        help="each model at the first of its sizes only (timm, transformers and pytorchcv: the model's own)",
+    )
     parser.add_argument("--list", action="store_true", help="print the chosen models, one a line, and run nothing")
     parser.add_argument(
         "--exporters",
@@ -789,6 +795,10 @@ def _names(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[st
     return swept_names(suites) if args.all else default_names(suites)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -810,6 +820,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = {"exporters": tuple(args.exporters), "device": device, "dtypes": dtypes, "threads": args.threads}
     default_set = not (args.all or args.every_model or args.models or args.sizes)  # one shape for its slowest models
     laid_out = plan.jobs(names, args.sizes, args.all or args.every_model, settings, DEFAULT_SHAPES if default_set else None)
+    if args.one_size:
+        first: dict[str, plan.Job] = {}
+        for job in laid_out:
+            first.setdefault(job.model, job)
+        laid_out = list(first.values())
     folder = Path(args.report)
     kept = journal.read(folder) if args.resume else []
     if args.rerun_failures:
@@ -842,6 +857,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tqdm import tqdm
     except ImportError:  # the progress bar is optional
         tqdm = None
+    stop_as_before = signal.signal(signal.SIGTERM, _interrupt)  # a scheduler's stop: record what finished, stop the workers
     progress = tqdm(total=len(todo), unit="case", file=sys.stderr, dynamic_ncols=True) if tqdm else None
     written = time.monotonic()
     interrupted = False
@@ -867,6 +883,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        signal.signal(signal.SIGTERM, stop_as_before)
         if progress:
             progress.close()
     finished_cases = in_order()

@@ -200,3 +200,21 @@ def test_real_cases_on_ray_match_a_serial_run(tmp_path) -> None:
     )
     assert reporting.differences(on_ray, serial) == []
     assert [c.status for c in on_ray] == ["pass", "fail"] and on_ray[1].stopped == "SIGFPE"
+
+
+def test_a_slice_fits_a_line_of_core_seconds_against_cost_and_sums_it_over_the_registry() -> None:
+    from model_zoo_checks import estimate
+
+    assert estimate.fit([(0.0, 1.0), (1.0, 3.0), (2.0, 5.0)]) == pytest.approx((1.0, 2.0))
+    assert estimate.fit([(1.0, 2.0), (1.0, 4.0)]) == (3.0, 0.0)
+    pytest.importorskip("timm")
+    shapes = [("timm/resnet18", 224), ("timm/resnet50", 224), ("timm/efficientnet_b0", 256)]
+    slice_ = [
+        {"model": n, "input_shape": [1, 3, s, s], "status": "pass", "cpu_seconds": 10 + 1e-11 * catalog.cost(n, (1, 3, s, s))}
+        for n, s in shapes
+    ]
+    found = estimate.estimate(slice_, "timm")
+    assert found.fixed_s == pytest.approx(10) and found.per_cost_s == pytest.approx(1e-11)
+    assert found.registry_models == 818 and found.registry_cases == 2 * 818
+    assert found.cores_for_an_hour == -(-int(found.registry_core_s) // 3600) and found.over_an_hour >= 1  # SAM ViT-H at 1056
+    assert "core-hours" in estimate.markdown(found, "timm")
