@@ -397,6 +397,22 @@ def runtimes_markdown(results: dict[str, Any]) -> str:
     return f"Measured with torch {results.get('torch')}.\n\n" + markdown(rows) + skipped
 
 
+def registry_markdown(path: Path) -> str:
+    """The registry census (model_zoo_checks/registry.json): per library, its models, those with an adaptive pool,
+    those that cannot be built here."""
+    kept = json.loads(path.read_text())
+    from .catalog import suite_of
+
+    rows = []
+    for suite, version in kept["versions"].items():
+        entries = [row for name, row in kept["models"].items() if suite_of(name) == suite]
+        rows.append(
+            (f"{suite} {version}", str(len(entries)), str(sum(r[1] for r in entries)), str(sum(bool(r[3]) for r in entries)))
+        )
+    header = ("library", "models registered", "with an adaptive pool", "cannot be built here")
+    return "\n".join(_table(header, rows)) + "\n"
+
+
 def render(kind: str, path: Path, *arguments: str) -> str:
     """The markdown of one docs marker: ``zoo``/``bench``/``runtimes``/``gpu`` of the report at ``path``, or
     ``estimate`` (:mod:`model_zoo_checks.estimate`) of a kept slice for the suite ``arguments[0]``."""
@@ -410,12 +426,14 @@ def render(kind: str, path: Path, *arguments: str) -> str:
         return runtimes_markdown(json.loads(path.read_text()))
     if kind == "gpu":
         return gpu_markdown(path)
+    if kind == "registry":
+        return registry_markdown(path)
     if kind == "estimate":  # arguments: the suite
         from .estimate import estimate, markdown
 
         suite = arguments[0] if arguments else "timm"
         return markdown(estimate(load_cases([path]), suite), suite)
-    raise ValueError(f"unknown table kind {kind!r} (zoo, bench, runtimes, gpu, estimate)")
+    raise ValueError(f"unknown table kind {kind!r} (zoo, bench, runtimes, gpu, estimate, registry)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -218,3 +218,21 @@ def test_a_slice_fits_a_line_of_core_seconds_against_cost_and_sums_it_over_the_r
     assert found.registry_models == 818 and found.registry_cases == 2 * 818
     assert found.cores_for_an_hour == -(-int(found.registry_core_s) // 3600) and found.over_an_hour >= 1  # SAM ViT-H at 1056
     assert "core-hours" in estimate.markdown(found, "timm")
+
+
+def test_a_stopped_sweep_records_what_finished_and_stops_its_workers(tmp_path, fake_worker) -> None:
+    import os
+    import threading
+
+    stop = threading.Timer(8.0, os.kill, (os.getpid(), signal.SIGTERM))  # what a scheduler sends
+    stop.start()
+    try:
+        options = ["--backend", "processes", "--workers", "2", "--sizes", "8", "--report", str(tmp_path / "r")]
+        assert zoo.main(["--models", "alexnet", "fault/sleep", *options]) == 130
+    finally:
+        stop.cancel()
+    assert [(r["model"], r["status"]) for r in journal.read(tmp_path / "r")] == [("alexnet", "pass")]  # not the one stopped
+    assert zoo.main(["--models", "alexnet", *options, "--resume"]) == 0 and _started(fake_worker) == [
+        "alexnet@8x8",
+        "fault/sleep@8x8",
+    ]
