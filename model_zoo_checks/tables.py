@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .reporting import COMPATIBILITY_HEADER, EXPORTS, MARKS, compatibility_rows, export_state
+from .reporting import COMPATIBILITY_HEADER, EXPORTS, MARKS, STAGES, compatibility_rows, export_state
 
 
 def _fmt(value: float | None, spec: str = ".2f") -> str:
@@ -125,8 +125,9 @@ def zoo_markdown(cases: Sequence[dict[str, Any]]) -> str:
         "that is not a pool).",
         "",
     ]
-    rows = [(*row[:-1], row[-1][:200].replace("|", "/")) for row in compatibility_rows(cases)]
-    lines += _table(COMPATIBILITY_HEADER, rows) + [""]
+    stages = len(STAGES)
+    rows = [(*row[:4], " ".join(row[4 : 4 + stages]), row[-1][:200].replace("|", "/")) for row in compatibility_rows(cases)]
+    lines += _table((*COMPATIBILITY_HEADER[:4], "stages: " + " · ".join(STAGES), COMPATIBILITY_HEADER[-1]), rows) + [""]
     export_rows = []
     for label, attribute in EXPORTS:
         states = Counter(export_state(c.get(attribute, "")) for c in ran)

@@ -829,17 +829,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     kept = journal.read(folder) if args.resume else []
     if args.rerun_failures:
         kept = [record for record in kept if record["status"] != "fail"]
-    journal.begin(folder, kept)
-    cases = {journal.key(record): case_from_record(record) for record in kept}
+    journal.begin(folder, kept)  # every case it had stays in the journal; this run's report holds this run's cases
+    order = {job.key: k for k, job in enumerate(laid_out)}
+    cases = {journal.key(record): case_from_record(record) for record in kept if journal.key(record) in order}
     for job in laid_out:
         if job.model in reasons and job.key not in cases:
             cases[job.key] = Case(job.model, job.input_shape, "skip", reasons[job.model], device, suite_of(job.model))
             journal.append(folder, asdict(cases[job.key]))
     todo = plan.longest_first([job for job in laid_out if job.key not in cases], cost)
-    order = {job.key: k for k, job in enumerate(laid_out)}
 
     def in_order() -> list[Case]:
-        return sorted(cases.values(), key=lambda c: order.get((c.model, c.input_shape), len(order)))
+        return sorted(cases.values(), key=lambda c: order[(c.model, c.input_shape)])
 
     workers = args.workers or max(1, (os.cpu_count() or 1) // args.threads)
     limits = Limits(args.time_limit, int(args.memory_limit * 2**30))
