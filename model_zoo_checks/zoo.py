@@ -764,7 +764,8 @@ def _parser() -> argparse.ArgumentParser:
         "--workers",
         type=int,
         default=None,
-        help="cases at a time on this machine (default: its cores / --threads); a cluster runs as many as it has cores",
+        help="cases at a time on this machine (default: its cores / --threads, one on a GPU); a cluster runs as many as "
+        "it has cores",
     )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (and Ray CPUs) per case (default 1)")
     parser.add_argument(
@@ -841,7 +842,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def in_order() -> list[Case]:
         return sorted(cases.values(), key=lambda c: order[(c.model, c.input_shape)])
 
-    workers = args.workers or max(1, (os.cpu_count() or 1) // args.threads)
+    # One case at a time on a GPU (each worker would hold a CUDA context of its own); on the CPU a case per core.
+    workers = args.workers or (1 if device != "cpu" else max(1, (os.cpu_count() or 1) // args.threads))
     limits = Limits(args.time_limit, int(args.memory_limit * 2**30))
     results: Iterator[tuple[plan.Job, Finished]] = iter(())  # nothing to run: no backend to start
     if todo and args.backend == "ray":
