@@ -5,12 +5,12 @@ Both take the jobs in the order given (the longest first) and yield each job's
 can record it at once. Each case runs in a process of its own under its limits either way
 (:func:`model_zoo_checks.isolation.attempt`); the backends only decide where.
 
-- :func:`ray_results`: every job a Ray task asking for the job's threads as CPUs and the memory limit as
-  memory, so Ray starts a case only on a node with both free. ``ray.init(address)`` starts a local
-  instance where ``address`` is None and ``RAY_ADDRESS`` unset, and joins a cluster otherwise (the
-  checkout travels as the tasks' working directory; the nodes need the same Python packages). A task
-  whose Ray worker is lost (a node failing, Ray's out-of-memory killer) is run once more by Ray
-  (``max_retries=1``); where it is lost again the case is recorded with Ray's reason.
+- :func:`ray_results`: every job a Ray task asking for the job's threads as CPUs, the memory limit as memory
+  and a GPU where the job runs on one, so Ray starts a case only on a node with all of them free.
+  ``ray.init(address)`` starts a local instance where ``address`` is None and ``RAY_ADDRESS`` unset, and
+  joins a cluster otherwise (the checkout travels as the tasks' working directory; the nodes need the same
+  Python packages). A task whose Ray worker is lost (a node failing, Ray's out-of-memory killer) is run
+  once more by Ray (``max_retries=1``); where it is lost again the case is recorded with Ray's reason.
 - :func:`process_results`: ``workers`` threads on this machine, each supervising one worker process at a
   time (Ray not installed, or ``--backend processes``).
 """
@@ -72,7 +72,12 @@ def ray_results(
         )
     try:
         task = ray.remote(max_retries=1)(attempt)
-        pending = {task.options(num_cpus=job.threads, memory=limits.memory_bytes).remote(job, limits, verbose): job for job in jobs}
+        pending = {
+            task.options(num_cpus=job.threads, num_gpus=int(job.device != "cpu"), memory=limits.memory_bytes).remote(
+                job, limits, verbose, worker
+            ): job
+            for job in jobs
+        }
         while pending:
             (done,), _ = ray.wait(list(pending), num_returns=1)
             job = pending.pop(done)
