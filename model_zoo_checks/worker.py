@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -53,6 +54,7 @@ def cpu_seconds() -> float:
 def main(argv: Sequence[str] | None = None) -> int:
     job_json, result = list(sys.argv[1:] if argv is None else argv)
     _follow_parent()
+    warnings.simplefilter("default")  # the log shows every warning once per place, deprecations included
     job = Job.from_json(job_json)
 
     import torch
