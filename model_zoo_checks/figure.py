@@ -23,7 +23,7 @@ COLOURS = {
     "not tried": "#eceff1",
     "skipped": "#ffffff",
 }
-FACET_ROWS = 50  # models per facet
+FACET_ROWS = 50  # models per facet at most
 FACETS_PER_ROW = 5
 ROW_INCHES = 0.16
 LABELS_INCHES = 1.25
@@ -41,7 +41,9 @@ def plot(cases: Sequence[Any], paths: Sequence[Path]) -> None:
 
     groups = by_model(cases)
     ran = {model: group for model, group in groups.items() if any(read_field(c, "status") != "skip" for c in group)}
-    facets = [list(ran)[k : k + FACET_ROWS] for k in range(0, len(ran), FACET_ROWS)] or [[]]
+    count = max(1, -(-len(ran) // FACET_ROWS))
+    per_facet = max(1, -(-len(ran) // count))  # facets of even length: 51 models are 26 and 25, not 50 and 1
+    facets = [list(ran)[k : k + per_facet] for k in range(0, len(ran), per_facet)] or [[]]
     rows_of_facets = -(-len(facets) // FACETS_PER_ROW)
     across = min(len(facets), FACETS_PER_ROW)
     tallest = max(len(facet) for facet in facets + [[""] * 4])
