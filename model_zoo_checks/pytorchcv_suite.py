@@ -7,8 +7,8 @@ ones, 480 or 1024x2048 for segmentation); the suite sweeps it and a second size 
 where no power of two past 2 divides the windows. Many of pytorchcv's classifiers end in a fixed
 ``AvgPool2d(7)`` (and its segmentation and pose models concatenate branches of fixed ratios): those run at
 their own size only, so their second case is a skip whose reason is the original's own error (an eager
-probe of the 43 family models: 25 of the 37 tried do not run at the second size; all 37 at their own size,
-and the 12 that run at the second, convert exactly).
+probe of the 43 family models: 25 of the 38 tried do not run at the second size; all 37 tried at their own size,
+and the 13 that run at the second, convert exactly).
 
 The family sweep (``--all``) takes the smallest model (by parameters, from the registry census of
 :mod:`model_zoo_checks.registry`) of every pytorchcv module whose models hold an adaptive pool;
