@@ -58,7 +58,7 @@ from fxpool.exporting import exporter_reason
 from fxpool.replacements import traced_forms
 from fxpool.verifying import op_histogram, run_onnxruntime, verify_onnx
 
-from . import backends, journal, plan, registry
+from . import backends, isolation, journal, plan, registry
 from .benchmarks import onnx_case
 from .catalog import DEFAULT_SHAPES, SUITES, build, cost, default_names, every_name, installed, not_swept, suite_of, swept_names
 from .census import pool_calls
@@ -846,10 +846,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     workers = args.workers or (1 if device != "cpu" else max(1, (os.cpu_count() or 1) // args.threads))
     limits = Limits(args.time_limit, int(args.memory_limit * 2**30))
     results: Iterator[tuple[plan.Job, Finished]] = iter(())  # nothing to run: no backend to start
+    worker = isolation.WORKER  # read here, in the driver, and handed to the tasks (the tests give a stand-in)
     if todo and args.backend == "ray":
-        results = backends.ray_results(todo, limits, args.address, args.workers and args.workers * args.threads, args.verbose)
+        cpus = args.workers and args.workers * args.threads
+        results = backends.ray_results(todo, limits, args.address, cpus, args.verbose, worker)
     elif todo:
-        results = backends.process_results(todo, limits, workers, args.verbose)
+        results = backends.process_results(todo, limits, workers, args.verbose, worker)
     print(
         f"fxpool zoo: {len(laid_out)} cases, {len(laid_out) - len(todo)} kept or reported without running, "
         f"{len(todo)} to run on {args.backend}" + (f" ({workers} at a time)" if args.backend == "processes" else ""),
