@@ -96,8 +96,8 @@ def _suite_rows(cases: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
         found = sum(c.get("pools", 0) for c in ran)
         converted = found - sum(c.get("unconverted", 0) for c in ran)
         models = len({c["model"] for c in group})
-        verdicts = (str(tally["pass"]), str(tally["fail"]), str(tally["skip"]))
-        rows.append((suite, str(models), str(len(group)), *verdicts, f"{converted}/{found}"))
+        verdicts = f"{tally['pass']} pass, {tally['fail']} fail, {tally['skip']} skip"
+        rows.append((suite, str(models), str(len(group)), verdicts, f"{converted}/{found}"))
     return rows
 
 
@@ -116,7 +116,7 @@ def zoo_markdown(cases: Sequence[dict[str, Any]]) -> str:
         f"({', '.join(f'{k} {n}' for k, n in kinds.most_common())}).",
         "",
     ]
-    lines += _table(("suite", "models", "cases", "pass", "fail", "skip", "pools converted"), _suite_rows(cases)) + [""]
+    lines += _table(("suite", "models", "cases", "verdicts", "pools converted"), _suite_rows(cases)) + [""]
     legend = ", ".join(f"{mark} {state}" for state, mark in MARKS.items())
     lines += [
         "Compatibility, one row per model (search this page for yours): whether it built and ran, converted, and "
