@@ -101,7 +101,7 @@ def test_a_case_past_its_limit_is_not_tried_again(tmp_path) -> None:
 def test_local_workers_hand_back_each_case_as_it_finishes(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("FAKE_SECONDS", "0.5")
     jobs = [_job("fault/sleep"), _job("quick")]
-    finished = backends.process_results(jobs, Limits(4.0, 2**30), workers=2, worker=FAKE)
+    finished = backends.process_results(jobs, Limits(8.0, 2**30), workers=2, worker=FAKE)
     assert [job.model for job, _ in finished] == ["quick", "fault/sleep"]  # the quick case did not wait for the slow one
 
 
@@ -232,7 +232,5 @@ def test_a_stopped_sweep_records_what_finished_and_stops_its_workers(tmp_path, f
     finally:
         stop.cancel()
     assert [(r["model"], r["status"]) for r in journal.read(tmp_path / "r")] == [("alexnet", "pass")]  # not the one stopped
-    assert zoo.main(["--models", "alexnet", *options, "--resume"]) == 0 and _started(fake_worker) == [
-        "alexnet@8x8",
-        "fault/sleep@8x8",
-    ]
+    assert sorted(_started(fake_worker)) == ["alexnet@8x8", "fault/sleep@8x8"]  # both started, in either order
+    assert zoo.main(["--models", "alexnet", *options, "--resume"]) == 0 and len(_started(fake_worker)) == 2  # kept, not rerun
