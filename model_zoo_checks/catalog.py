@@ -1,12 +1,15 @@
 """Which models the zoo sweep runs, how each is built, and at which input shapes.
 
-Six suites: ``torchvision`` (plain names, ``alexnet``), ``timm`` (``timm/NAME``, see
+Seven suites: ``torchvision`` (plain names, ``alexnet``), ``timm`` (``timm/NAME``, see
 :mod:`model_zoo_checks.timm_suite`), ``smp`` (``smp/ARCH-ENCODER``, see
 :mod:`model_zoo_checks.smp_suite`), ``transformers`` (``hf/MODEL_TYPE``, see
 :mod:`model_zoo_checks.transformers_suite`), ``monai`` (``monai/NAME``, see
-:mod:`model_zoo_checks.monai_suite`) and ``thirdparty`` (``thirdparty/LIBRARY-MODEL``, see
-:mod:`model_zoo_checks.thirdparty_suite`); all but torchvision are optional installs. Each suite module
-gives ``names()``, ``shapes(name, sizes)``, ``build(name, shape)`` and its ``DEFAULT`` names.
+:mod:`model_zoo_checks.monai_suite`), ``thirdparty`` (``thirdparty/LIBRARY-MODEL``, see
+:mod:`model_zoo_checks.thirdparty_suite`) and ``pytorchcv`` (``pytorchcv/NAME``, see
+:mod:`model_zoo_checks.pytorchcv_suite`); all but torchvision are optional installs. Each suite module
+gives ``names()``, ``shapes(name, sizes)``, ``build(name, shape)`` and its ``DEFAULT`` names, and those
+with a registry larger than their sweep ``every_name()`` (``--every-model``). ``fault/KIND``
+(:mod:`model_zoo_checks.faults`) names models that break their process on purpose; no suite lists them.
 
 In torchvision, discovery is by inspection: a model is swept when one of its modules is an adaptive pool or the
 source of one of its module classes calls one. The registry's ``quantized_*`` entries are swept as
@@ -29,9 +32,9 @@ from torch import nn
 from fxpool.calls import describe_module
 from fxpool.loading import build_torchvision
 
-from . import monai_suite, smp_suite, thirdparty_suite, timm_suite, transformers_suite
+from . import faults, monai_suite, pytorchcv_suite, registry, smp_suite, thirdparty_suite, timm_suite, transformers_suite
 
-SUITES = ("torchvision", "timm", "smp", "transformers", "monai", "thirdparty")
+SUITES = ("torchvision", "timm", "smp", "transformers", "monai", "thirdparty", "pytorchcv")
 SUITE_PACKAGES = {
     "torchvision": "torchvision",
     "timm": "timm",
@@ -39,6 +42,7 @@ SUITE_PACKAGES = {
     "transformers": "transformers",
     "monai": "monai",
     "thirdparty": "efficientnet_pytorch",  # the suite's first library; its other models need their own
+    "pytorchcv": "pytorchcv",
 }
 SUITE_MODULES: dict[str, Any] = {
     "timm": timm_suite,
@@ -46,6 +50,8 @@ SUITE_MODULES: dict[str, Any] = {
     "transformers": transformers_suite,
     "monai": monai_suite,
     "thirdparty": thirdparty_suite,
+    "pytorchcv": pytorchcv_suite,
+    "faults": faults,  # not a suite of SUITES: swept only by name
 }
 TORCHVISION_DEFAULT = (
     "alexnet",
@@ -81,9 +87,13 @@ INPUT_SHAPES: dict[str, tuple[int, ...]] = {
     "swin3d_s": (1, 3, 4, 112, 112),
     "swin3d_b": (1, 3, 4, 112, 112),
     "regnet_y_128gf": (1, 3, 160, 160),  # 645M parameters, 375 GFLOPs at its own 384
+    "mvit_v1_b": (1, 3, 16, 224, 224),  # video models of the full registry (--every-model): clips at their own shape
+    "mvit_v2_s": (1, 3, 16, 224, 224),
+    "s3d": (1, 3, 16, 224, 224),
 }
 # Known limitations, each with its reason: reported as skips, never dropped.
 KNOWN_LIMITATIONS: dict[str, str] = {**transformers_suite.KNOWN_LIMITATIONS}
+NO_POOL = "holds no adaptive pool (nothing for fxpool to convert; found by building it, model_zoo_checks/registry.json)"
 
 
 class PyramidPoolingNet(nn.Module):
@@ -168,6 +178,51 @@ def swept_names(suites: Sequence[str] = ("torchvision",)) -> list[str]:
         else:
             found += SUITE_MODULES[suite].names()
     return found
+
+
+def every_name(suites: Sequence[str]) -> list[str]:
+    """Every model the suites' libraries register (``--every-model``): torchvision's whole registry and its
+    variants, every timm architecture, every pytorchcv model, every transformers vision model type; the
+    suites without a larger registry give their sweep."""
+    found: list[str] = []
+    for suite in suites:
+        if suite == "torchvision":
+            found += [*torchvision.models.list_models(), *VARIANTS]
+        else:
+            module = SUITE_MODULES[suite]
+            found += module.every_name() if hasattr(module, "every_name") else module.names()
+    return found
+
+
+def not_swept(name: str) -> str:
+    """Why a model is reported without running it ("" where it runs): a known limitation, or no adaptive pool."""
+    if name in KNOWN_LIMITATIONS:
+        return KNOWN_LIMITATIONS[name]
+    if suite_of(name) == "pytorchcv" and pytorchcv_suite.not_swept(name):
+        return pytorchcv_suite.not_swept(name)
+    return ""
+
+
+def declared_size(name: str, model: nn.Module) -> tuple[int, int] | None:
+    """The input (height, width) the model's library declares for it, for the census (None where it declares none)."""
+    suite = suite_of(name)
+    if suite == "pytorchcv":
+        return pytorchcv_suite.declared_size(model)
+    if suite in ("timm", "transformers"):
+        own = SUITE_MODULES[suite].own_size(name)
+        return (own, own)
+    if suite == "torchvision":
+        native = native_size(name)
+        return (native, native) if native else None
+    return None
+
+
+def cost(name: str, shape: Sequence[int]) -> float:
+    """An estimate of a case's run time, for ordering only: parameters x input elements (census)."""
+    elements = 1
+    for n in shape:
+        elements *= n
+    return float(max(registry.entry(name).params, 1)) * elements
 
 
 def build(name: str, shape: tuple[int, ...] | None = None) -> nn.Module:

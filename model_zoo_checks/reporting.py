@@ -1,8 +1,19 @@
-"""The zoo sweep's reports: ``report.json`` (one record per case), ``report.md``, ``zoo.png`` and the console summary."""
+"""The zoo sweep's reports: ``report.json`` (one record per case), ``report.md`` (a compatibility table per
+model, then every case), ``compatibility.csv``, the figure (``zoo.svg``, ``zoo.png``: :mod:`model_zoo_checks.figure`)
+and the console summary.
+
+:func:`stages` reads a case as the stages a user cares about — did it convert, does the converted model
+export with each exporter, does its torch.export program convert as a program, does onnxruntime agree —
+each one of :data:`STATES`; the table, the CSV and the figure all show those. "runs" is the worker's own
+stage: the model built and ran, and its process was not stopped (a crash, a limit).
+"""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import os
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -19,23 +30,187 @@ EXPORTS = (
     ("dynamo, converted", "converted_dynamo"),
     ("torch.export, converted", "converted_torch_export"),
 )
-PICTURE = "zoo.png"
+PICTURES = ("zoo.svg", "zoo.png")
+# The stages of a case, as the compatibility table and the figure show them: (label, how to read it).
+STAGES = ("runs", "convert", "TorchScript ONNX", "dynamo ONNX", "torch.export", "PT2 program", "onnxruntime")
+STATES = ("holds", "fails", "the original fails too", "not tried", "skipped")
+MARKS = {"holds": "✓", "fails": "✗", "the original fails too": "○", "not tried": "–", "skipped": "skip"}
+_EXPORT_STAGES = {
+    "TorchScript ONNX": "converted_torchscript",
+    "dynamo ONNX": "converted_dynamo",
+    "torch.export": "converted_torch_export",
+}
 
 
 def write_reports(cases: Sequence[Any], folder: Path, picture: bool = True) -> None:
+    """report.json, report.md and compatibility.csv (each replaced whole: a reader never sees half a file),
+    and with ``picture`` the figure."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "report.json").write_text(json.dumps([asdict(c) for c in cases], indent=2))
-    (folder / "report.md").write_text(markdown(cases))
+    _replace(folder / "report.json", json.dumps([asdict(c) for c in cases], indent=1))
+    _replace(folder / "report.md", markdown(cases))
+    _replace(folder / "compatibility.csv", compatibility_csv(cases))
     if not picture:
         return
     try:
-        plot(cases, folder / PICTURE)
+        from .figure import plot
     except ImportError:  # matplotlib is optional
-        pass
+        return
+    plot(cases, [folder / name for name in PICTURES])
+
+
+def _replace(path: Path, text: str) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+def read_field(case: Any, name: str, default: Any = None) -> Any:
+    """A field of a case object or of its JSON record (the docs' kept reports are dicts)."""
+    return case.get(name, default) if isinstance(case, dict) else getattr(case, name, default)
+
+
+def stages(case: Any) -> dict[str, str]:
+    """Each stage of :data:`STAGES` for one case, as one of :data:`STATES`."""
+    if read_field(case, "status") == "skip":
+        return dict.fromkeys(STAGES, "skipped")
+    runs = not read_field(case, "stopped") and not (read_field(case, "reason", "") or "").startswith("the model cannot be built")
+    found = {"runs": "holds" if runs else "fails", "convert": _convert_state(case) if runs else "not tried"}
+    for stage, attribute in _EXPORT_STAGES.items():
+        text = read_field(case, attribute, "") or ""
+        alike = "(the original alike)" in text or "(the original neither)" in text
+        if stage == "TorchScript ONNX" and text.startswith("fails") and text == read_field(case, "stock_torchscript", ""):
+            alike = True
+        found[stage] = (
+            "not tried" if not text else "holds" if text.startswith("ok") else "the original fails too" if alike else "fails"
+        )
+    program = read_field(case, "pt2", "") or ""
+    if program:
+        found["PT2 program"] = "holds" if program == "ok" else "fails"
+    else:
+        not_tried = "PT2 not tried" in (read_field(case, "reason", "") or "")  # the original does not torch.export
+        found["PT2 program"] = "the original fails too" if not_tried else "not tried"
+    onnx = [read_field(case, a, "") or "" for a in ("converted_torchscript", "converted_dynamo")]
+    verified = [read_field(case, e) for e in ("torchscript_ort_error", "dynamo_ort_error")]
+    if any(text == "fails: not verified" for text in onnx):
+        found["onnxruntime"] = "fails"
+    else:
+        found["onnxruntime"] = "holds" if any(e is not None for e in verified) else "not tried"
+    return found
+
+
+def _convert_state(case: Any) -> str:
+    recorded = read_field(case, "convert", "") or ""
+    if recorded:
+        return "holds" if recorded == "ok" else "fails"
+    if read_field(case, "status") == "fail":
+        return "fails"
+    return "holds" if read_field(case, "eager_max_error") is not None else "not tried"  # a report from before the field
+
+
+def by_model(cases: Sequence[Any]) -> dict[str, list[Any]]:
+    """The cases of each model, in the order they come."""
+    grouped: dict[str, list[Any]] = {}
+    for case in cases:
+        grouped.setdefault(read_field(case, "model"), []).append(case)
+    return grouped
+
+
+def model_stage(group: Sequence[Any], stage: str) -> str:
+    """One state for a model's stage over its cases: the worst one (fails before the original failing, before holds)."""
+    states = [stages(c)[stage] for c in group]
+    for state in ("fails", "the original fails too", "holds", "not tried"):
+        if state in states:
+            return state
+    return "skipped"
+
+
+def compatibility_rows(cases: Sequence[Any]) -> list[tuple[str, ...]]:
+    """Per model: suite, input sizes, verdicts, one mark per stage (per size where the sizes differ), and why."""
+    rows = []
+    for model, group in by_model(cases).items():
+        marks = []
+        for stage in STAGES:
+            per_case = [MARKS[stages(c)[stage]] for c in group]
+            marks.append(per_case[0] if len(set(per_case)) == 1 else " / ".join(per_case))
+        verdicts = [read_field(c, "status") for c in group]
+        result = verdicts[0] if len(set(verdicts)) == 1 else " / ".join(verdicts)
+        why = "; ".join(
+            dict.fromkeys(
+                f"{_shape(c)}: {read_field(c, 'reason')}" if len(group) > 1 else read_field(c, "reason")
+                for c in group
+                if read_field(c, "reason") and read_field(c, "status") != "pass"
+            )
+        )
+        rows.append((model, read_field(group[0], "suite", ""), ", ".join(_shape(c) for c in group), result, *marks, why))
+    return rows
+
+
+COMPATIBILITY_HEADER = ("model", "suite", "input", "result", *STAGES, "why (failures and skips)")
+
+
+def _shape(case: Any) -> str:
+    spatial = list(read_field(case, "input_shape"))[2:]
+    return str(spatial[0]) if len(spatial) == 2 and spatial[0] == spatial[1] else "x".join(map(str, spatial))
+
+
+def compatibility_csv(cases: Sequence[Any]) -> str:
+    """One row per case: the model, its input shape, the verdict, each stage's state and the reason."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["model", "suite", "input_shape", "status", *STAGES, "stopped", "reason"])
+    for case in cases:
+        state = stages(case)
+        shape = "x".join(map(str, read_field(case, "input_shape")))
+        writer.writerow(
+            [read_field(case, "model"), read_field(case, "suite", ""), shape, read_field(case, "status")]
+            + [state[stage] for stage in STAGES]
+            + [read_field(case, "stopped", "") or "", read_field(case, "reason", "") or ""]
+        )
+    return out.getvalue()
+
+
+# What two runs of the same case may differ in: times, memory, where it ran, log paths and tracebacks.
+MEASURED = frozenset(
+    {
+        "seconds",
+        "convert_s",
+        "forward_s",
+        "ort_ms_converted",
+        "ort_ms_original_dynamo",
+        "ort_speedup",
+        "ort_noise",
+        "pool_speeds",
+        "details",
+        "log",
+        "peak_memory_mb",
+        "cpu_seconds",
+        "worker_seconds",
+        "host",
+    }
+)
+
+
+def differences(first: Sequence[Any], second: Sequence[Any]) -> list[str]:
+    """How two sweeps' cases differ, measurements left out (:data:`MEASURED`): one line per case that differs."""
+
+    def keyed(cases: Sequence[Any]) -> dict[tuple[str, tuple[int, ...]], dict[str, Any]]:
+        return {(c.model, tuple(c.input_shape)): {k: v for k, v in asdict(c).items() if k not in MEASURED} for c in cases}
+
+    a, b = keyed(first), keyed(second)
+    lines = []
+    for key in [*a, *(k for k in b if k not in a)]:
+        label = f"{key[0]} {'x'.join(map(str, key[1]))}"
+        if key not in b or key not in a:
+            lines.append(f"{label}: only in the {'first' if key in a else 'second'}")
+            continue
+        fields = [f"{name} {a[key][name]!r} != {b[key].get(name)!r}" for name in a[key] if a[key][name] != b[key].get(name)]
+        if fields:
+            lines.append(f"{label}: " + "; ".join(fields))
+    return lines
 
 
 def counts(cases: Sequence[Any]) -> dict[str, int]:
-    return {s: sum(c.status == s for c in cases) for s in STATUSES}
+    return {s: sum(read_field(c, "status") == s for c in cases) for s in STATUSES}
 
 
 def export_state(text: str) -> str:
@@ -128,10 +303,30 @@ def distinct_pool_speeds(cases: Sequence[Any]) -> list[dict[str, Any]]:
     return list(seen.values())
 
 
+def compatibility_markdown(cases: Sequence[Any]) -> list[str]:
+    """The compatibility table: one row per model, searchable by name, suite or reason."""
+    legend = ", ".join(f"{mark} {state}" for state, mark in MARKS.items())
+    body = [
+        (row[0], *(cell.replace("|", "/") for cell in row[1:-1]), row[-1][:300].replace("|", "/"))
+        for row in compatibility_rows(cases)
+    ]
+    return [
+        f"Stages: {legend} (the stock exporter or torch.export fails on the original at an op that is not a pool).",
+        "",
+        "| " + " | ".join(COMPATIBILITY_HEADER) + " |",
+        "|" + "---|" * len(COMPATIBILITY_HEADER),
+        *("| " + " | ".join(row) + " |" for row in body),
+    ]
+
+
 def markdown(cases: Sequence[Any]) -> str:
     tally = counts(cases)
     lines = [
         f"# fxpool zoo sweep\n\n{tally['pass']} pass, {tally['fail']} fail, {tally['skip']} skip\n",
+        "## Compatibility, per model\n",
+        *compatibility_markdown(cases),
+        "",
+        "## Every case\n",
         "| model | input | status | pools | replacements | eager err | exports: TS stock / TS converted / dynamo stock "
         "/ dynamo converted / torch.export converted | PT2: pools replaced (error) | ORT err (ts / dynamo) "
         "| ORT ms (ours / dynamo orig) | speedup "
@@ -203,132 +398,3 @@ def _forwards(case: Any) -> float | None:
 
 def _fmt(value: float | None, spec: str = ".1e") -> str:
     return "-" if value is None else format(value, spec)
-
-
-_COLOURS = {"exports": "#4caf50", "decomposed": "#ffb74d", "fails": "#e57373", "not tried": "#e0e0e0"}
-_CELL_TEXT = {"exports": "", "decomposed": "GatherND", "fails": "fails", "not tried": "-"}
-_SHORT = {
-    "stock_torchscript": "TS stock",
-    "converted_torchscript": "TS converted",
-    "stock_dynamo": "dynamo stock",
-    "converted_dynamo": "dynamo converted",
-    "converted_torch_export": "torch.export converted",
-}
-_FACET_ROWS = 40  # models per column of the exportability matrix
-
-
-def plot(cases: Sequence[Any], path: Path) -> None:
-    """Which models export (stock exporters on the original vs fxpool), pool-level speed, whole-model spread."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-    from matplotlib.ticker import NullFormatter
-
-    ran = [c for c in cases if c.status != "skip"]
-    if not ran:
-        return
-    models = list(dict.fromkeys(c.model for c in ran))
-    sizes = list(dict.fromkeys("x".join(map(str, c.input_shape[2:])) for c in ran))
-    facets = max(1, -(-len(models) // _FACET_ROWS))
-    rows_per_facet = -(-len(models) // facets)
-    speeds = distinct_pool_speeds(cases)
-    columns = [(size, attribute) for size in sizes for _, attribute in EXPORTS]
-    height = max(5.0, 0.28 * rows_per_facet + 2.8, 0.22 * len(speeds) + 3.5)
-    matrix_width = 1.6 + 0.55 * len(columns)
-    figure = plt.figure(figsize=(matrix_width * facets + 9, height))
-    grid = figure.add_gridspec(
-        2, facets + 1, width_ratios=[matrix_width] * facets + [7.5], height_ratios=[3, 1], hspace=0.6, wspace=0.35
-    )
-    by_key = {(c.model, "x".join(map(str, c.input_shape[2:]))): c for c in ran}
-    for facet in range(facets):
-        axis = figure.add_subplot(grid[:, facet])
-        shown = models[facet * rows_per_facet : (facet + 1) * rows_per_facet]
-        for row, model in enumerate(shown):
-            for column, (size, attribute) in enumerate(columns):
-                case = by_key.get((model, size))
-                if case is None:
-                    continue
-                state = export_state(getattr(case, attribute, ""))
-                axis.add_patch(plt.Rectangle((column, row), 0.92, 0.85, color=_COLOURS[state]))
-                axis.text(column + 0.46, row + 0.45, _CELL_TEXT[state], ha="center", va="center", fontsize=6)
-        axis.set_xlim(0, len(columns))
-        axis.set_ylim(len(shown), -0.9 if len(sizes) > 1 else 0)
-        axis.set_yticks([r + 0.42 for r in range(len(shown))], shown, fontsize=8)
-        axis.xaxis.tick_top()
-        axis.set_xticks([k + 0.46 for k in range(len(columns))], [_SHORT[a] for _, a in columns], rotation=90, fontsize=7)
-        for k, size in enumerate(sizes):
-            if len(sizes) > 1:
-                axis.text(k * len(EXPORTS) + len(EXPORTS) / 2, -0.45, size, ha="center", va="center", fontsize=8)
-            if k:
-                axis.axvline(k * len(EXPORTS) - 0.04, color="k", lw=0.8)
-        axis.tick_params(length=0)
-        for side in axis.spines.values():
-            side.set_visible(False)
-    figure.legend(
-        handles=[Patch(color=c, label={"decomposed": "exports, as GatherND/Where"}.get(s, s)) for s, c in _COLOURS.items()],
-        loc="lower left",
-        fontsize=8,
-        ncol=4,
-        frameon=False,
-    )
-
-    pools_axis = figure.add_subplot(grid[0, facets])
-    if speeds:
-        speeds.sort(key=lambda row: (row["ort_ms_stock"] or 1e9) / row["ort_ms_fxpool"])
-        ratios = [row["ort_ms_stock"] / row["ort_ms_fxpool"] if row["ort_ms_stock"] else None for row in speeds]
-        top = max([r for r in ratios if r] or [1.0]) * 2
-        for k, ratio in enumerate(ratios):
-            if ratio is None:
-                pools_axis.plot([top], [k], marker=">", color=_COLOURS["fails"], ms=8)
-                pools_axis.annotate(
-                    "stock cannot export", (top, k), xytext=(-8, 0), textcoords="offset points", ha="right", va="center", fontsize=7
-                )
-            else:
-                pools_axis.plot([ratio], [k], marker="o", color="tab:blue", ms=5)
-                pools_axis.annotate(f"{ratio:.1f}x", (ratio, k), xytext=(6, 0), textcoords="offset points", va="center", fontsize=7)
-        pools_axis.set_yticks(range(len(speeds)), [f"{row['pool']}  {row['replacement']}" for row in speeds], fontsize=7)
-        pools_axis.set_xscale("log")
-        pools_axis.xaxis.set_minor_formatter(NullFormatter())
-        pools_axis.set_xlim(min([r for r in ratios if r] or [1.0]) / 2, top * 1.5)
-        pools_axis.axvline(1.0, color="k", lw=0.8)
-        pools_axis.set_ylim(len(speeds) - 0.5, -0.5)
-    pools_axis.set_xlabel("onnxruntime time of the stock dynamo graph / fxpool's graph (log; > 1: fxpool faster)", fontsize=8)
-    pools_axis.set_title("Each pool alone (every replacement but a plain mean)", fontsize=11)
-
-    whole_axis = figure.add_subplot(grid[1, facets])
-    whole = [c.ort_speedup for c in ran if c.ort_speedup]
-    noise = [c.ort_noise for c in ran if c.ort_noise]
-    if noise:
-        whole_axis.axvspan(
-            min(noise), max(noise), color="#bdbdbd", alpha=0.6, label=f"one graph timed twice: {min(noise):.2f}-{max(noise):.2f}"
-        )
-    if whole:
-        whole_axis.plot(
-            whole,
-            [0.0] * len(whole),
-            "o",
-            color="tab:blue",
-            alpha=0.5,
-            ms=6,
-            label=f"{len(whole)} models, median {statistics.median(whole):.2f}x",
-        )
-    whole_axis.axvline(1.0, color="k", lw=0.8)
-    whole_axis.set_yticks([])
-    if whole or noise:
-        whole_axis.legend(fontsize=7, loc="upper left", frameon=False, bbox_to_anchor=(0, -0.45), ncol=2)
-    whole_axis.set_xlabel("whole model: stock dynamo graph time / fxpool's graph time", fontsize=8)
-    whole_axis.set_title("Whole models (mostly one mean replaced: within noise)", fontsize=10)
-    tally = counts(cases)
-    figure.suptitle(
-        f"fxpool zoo sweep, {len(cases)} cases ({tally['pass']} pass, {tally['fail']} fail, "
-        f"{tally['skip']} skip).  Left: does each model export to ONNX, with the stock exporter "
-        f"on the original and with fxpool, per input size?",
-        fontsize=12,
-        x=0.01,
-        y=1.1,
-        ha="left",
-    )
-    figure.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(figure)

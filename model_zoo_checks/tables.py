@@ -5,8 +5,9 @@ The results pages of ``docs/`` hold markers where their tables go; ``docs/hooks.
 a sweep's reports there, its cases without the exporters' full error texts). So a table cannot drift
 from the run it reports.
 
-- ``python -m model_zoo_checks.tables keep DIR... --out docs/data/NAME.json``: a sweep's cases (the
-  ``report.json`` of each folder, shards merged), trimmed, for the docs;
+- ``python -m model_zoo_checks.tables keep DIR... --out docs/data/NAME.json [--figure docs/results/NAME.svg]``:
+  a sweep's cases (the ``report.json`` of each folder, merged), trimmed, for the docs, and the sweep's
+  figure (models x stages, :mod:`model_zoo_checks.figure`) drawn from the very cases kept;
 - ``python -m model_zoo_checks.tables zoo FILE_OR_DIR...``: one sweep's pass counts, pools by kind,
   exportability, conversion cost and every case;
 - ``python -m model_zoo_checks.tables bench FILE``: the benchmark sections present in a ``bench.json``;
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .reporting import EXPORTS, export_state
+from .reporting import COMPATIBILITY_HEADER, EXPORTS, MARKS, STAGES, compatibility_rows, export_state
 
 
 def _fmt(value: float | None, spec: str = ".2f") -> str:
@@ -53,11 +54,16 @@ def load_cases(sources: Sequence[Path]) -> list[dict[str, Any]]:
     return sorted(merged.values(), key=lambda c: (c["model"], c["input_shape"]))
 
 
-def keep(sources: Sequence[Path], out: Path) -> int:
-    """Write the merged cases of ``sources``, trimmed, to ``out``; returns how many."""
+def keep(sources: Sequence[Path], out: Path, figure: Path | None = None) -> int:
+    """Write the merged cases of ``sources``, trimmed, to ``out`` (and their figure to ``figure``); returns how many."""
     cases = [{k: v for k, v in case.items() if k not in _NOT_KEPT} for case in load_cases(sources)]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(cases, indent=1) + "\n")
+    if figure is not None:
+        from .figure import plot
+
+        figure.parent.mkdir(parents=True, exist_ok=True)
+        plot(cases, [figure])
     return len(cases)
 
 
@@ -79,44 +85,26 @@ def _forwards(case: dict[str, Any]) -> float | None:
     return case["convert_s"] / case["forward_s"] if case.get("forward_s") and case.get("convert_s") else None
 
 
-def _model_rows(cases: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
-    """One summary row per model: sizes, outcome, pools, replacement kinds, converted exports that work."""
-    by_model: dict[str, list[dict[str, Any]]] = {}
+def _suite_rows(cases: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
+    """Per suite: models, cases and their verdicts, pools found and converted."""
+    suites: dict[str, list[dict[str, Any]]] = {}
     for case in cases:
-        by_model.setdefault(case["model"], []).append(case)
-    converted = [attribute for label, attribute in EXPORTS if "converted" in label]
+        suites.setdefault(case.get("suite") or "torchvision", []).append(case)
     rows = []
-    for model, group in by_model.items():
+    for suite, group in suites.items():
+        tally = Counter(c["status"] for c in group)
         ran = [c for c in group if c["status"] != "skip"]
-        statuses = Counter(c["status"] for c in group)
-        order = {"pass": 0, "fail": 1, "skip": 2}
-        outcome = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items(), key=lambda item: order.get(item[0], 3)))
-        pools = sorted({c.get("pools", 0) for c in ran})
-        kinds: Counter[str] = Counter()
-        for case in ran:
-            kinds.update(case.get("replacements", {}))
-        exports = []
-        for attribute in converted:
-            states = [export_state(c.get(attribute, "")) for c in ran]
-            tried = [s for s in states if s != "not tried"]
-            if tried:
-                exports.append(f"{sum(s in ('exports', 'decomposed') for s in tried)}/{len(tried)}")
-        rows.append(
-            (
-                model,
-                ", ".join(dict.fromkeys(_short_size(c) for c in group)),
-                outcome,
-                "-" if not pools else str(pools[0]) if len(pools) == 1 else f"{pools[0]}-{pools[-1]}",
-                ", ".join(kinds) or "-",
-                " · ".join(exports) or "-",
-            )
-        )
+        found = sum(c.get("pools", 0) for c in ran)
+        converted = found - sum(c.get("unconverted", 0) for c in ran)
+        models = len({c["model"] for c in group})
+        verdicts = f"{tally['pass']} pass, {tally['fail']} fail, {tally['skip']} skip"
+        rows.append((suite, str(models), str(len(group)), verdicts, f"{converted}/{found}"))
     return rows
 
 
 def zoo_markdown(cases: Sequence[dict[str, Any]]) -> str:
-    """One sweep: the counts, a summary row per model (six columns), the exports, the cost, and every case
-    in a collapsible block."""
+    """One sweep: the counts, the counts per suite, the compatibility table (a row per model), the exports,
+    the cost, and every case in a collapsible block."""
     tally = Counter(c["status"] for c in cases)
     ran = [c for c in cases if c["status"] != "skip"]
     kinds: Counter[str] = Counter()
@@ -129,15 +117,18 @@ def zoo_markdown(cases: Sequence[dict[str, Any]]) -> str:
         f"({', '.join(f'{k} {n}' for k, n in kinds.most_common())}).",
         "",
     ]
+    lines += _table(("suite", "models", "cases", "verdicts", "pools converted"), _suite_rows(cases)) + [""]
+    legend = ", ".join(f"{mark} {state}" for state, mark in MARKS.items())
     lines += [
-        "Each model: its input sizes (one number for a square image), its cases' verdicts, the adaptive pools "
-        "of a case, what replaced them, and in how many cases the converted model exported with each exporter.",
+        "Compatibility, one row per model (search this page for yours): whether it built and ran, converted, and "
+        "whether the converted model exports with each exporter, converts as a torch.export program, and agrees in "
+        f"onnxruntime; where the sizes differ, one mark per size. {legend} (the exporter fails on the original at an op "
+        "that is not a pool).",
         "",
     ]
-    lines += _table(
-        ("model", "input sizes", "result", "pools", "replaced by", "converted exports: TorchScript · dynamo · torch.export"),
-        _model_rows(cases),
-    ) + [""]
+    stages = len(STAGES)
+    rows = [(*row[:4], " ".join(row[4 : 4 + stages]), row[-1][:200].replace("|", "/")) for row in compatibility_rows(cases)]
+    lines += _table((*COMPATIBILITY_HEADER[:4], "stages: " + " · ".join(STAGES), COMPATIBILITY_HEADER[-1]), rows) + [""]
     export_rows = []
     for label, attribute in EXPORTS:
         states = Counter(export_state(c.get(attribute, "")) for c in ran)
@@ -586,8 +577,25 @@ def runtimes_caption(results: dict[str, Any]) -> str:
 CAPTIONS = {"pools": pools_caption, "convert": convert_caption, "runtimes": runtimes_caption}
 
 
+def registry_markdown(path: Path) -> str:
+    """The registry census (model_zoo_checks/registry.json): per library, its models, those with an adaptive pool,
+    those that cannot be built here."""
+    kept = json.loads(path.read_text())
+    from .catalog import suite_of
+
+    rows = []
+    for suite, version in kept["versions"].items():
+        entries = [row for name, row in kept["models"].items() if suite_of(name) == suite]
+        rows.append(
+            (f"{suite} {version}", str(len(entries)), str(sum(r[1] for r in entries)), str(sum(bool(r[3]) for r in entries)))
+        )
+    header = ("library", "models registered", "with an adaptive pool", "cannot be built here")
+    return "\n".join(_table(header, rows)) + "\n"
+
+
 def render(kind: str, path: Path, *arguments: str) -> str:
     """The markdown of one docs marker: ``zoo``/``bench``/``runtimes``/``gpu`` of the report at ``path``, or
+    ``estimate`` (:mod:`model_zoo_checks.estimate`) of a kept slice for the suite ``arguments[0]``;
     ``caption NAME`` of a figure (:data:`CAPTIONS`)."""
     if not path.exists():
         raise FileNotFoundError(f"the docs ask for a {kind} table of {path}, which does not exist")
@@ -601,7 +609,14 @@ def render(kind: str, path: Path, *arguments: str) -> str:
         return runtimes_markdown(json.loads(path.read_text()), arguments)
     if kind == "gpu":
         return gpu_markdown(path)
-    raise ValueError(f"unknown table kind {kind!r} (zoo, bench, runtimes, gpu)")
+    if kind == "registry":
+        return registry_markdown(path)
+    if kind == "estimate":  # arguments: the suite
+        from .estimate import estimate, markdown
+
+        suite = arguments[0] if arguments else "timm"
+        return markdown(estimate(load_cases([path]), suite), suite)
+    raise ValueError(f"unknown table kind {kind!r} (zoo, bench, runtimes, gpu, estimate, registry, caption)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -610,13 +625,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     kept = commands.add_parser("keep", help="merge report folders into one trimmed file for docs/data/")
     kept.add_argument("sources", nargs="+", type=Path)
     kept.add_argument("--out", type=Path, required=True)
+    kept.add_argument("--figure", type=Path, default=None, help="also draw the kept cases' figure (models x stages) here")
     zoo = commands.add_parser("zoo")
     zoo.add_argument("sources", nargs="+", type=Path)
     for kind in ("bench", "runtimes", "gpu"):
         commands.add_parser(kind).add_argument("path", type=Path)
     args = parser.parse_args(argv)
     if args.command == "keep":
-        print(f"{keep(args.sources, args.out)} cases kept in {args.out}")
+        kept_cases = keep(args.sources, args.out, args.figure)
+        print(f"{kept_cases} cases kept in {args.out}" + (f", figure {args.figure}" if args.figure else ""))
     elif args.command == "zoo":
         sys.stdout.write(zoo_markdown(load_cases(args.sources)))
     else:

@@ -1,4 +1,4 @@
-"""The timm suite: one model from every timm family (module) whose models hold an adaptive pool.
+"""The timm suite: one model from every timm family (module) whose models hold an adaptive pool, or every model.
 
 Names are ``timm/MODEL`` or ``timm/MODEL:GLOBAL_POOL`` (``resnet18:catavgmax`` builds resnet18 with
 ``global_pool="catavgmax"``). Every model is built with ``pretrained=False``; timm's pretrained
@@ -8,6 +8,10 @@ configs are part of the package, so the model's own input size is known without 
 built on the meta device; the smallest real model of each family with an adaptive pool module or a
 module class whose source calls one). A slow test re-runs that inspection and fails when a family
 gains or loses pools, so the table cannot fall behind the installed timm silently.
+
+:func:`every_name` is the whole registry (``timm.list_models()``) for ``--every-model``. Models timm
+marks as built for one input size (``fixed_input_size`` in their pretrained config) are built with
+``img_size=`` at a second size of own + 32, which a patch of 16 or 32 divides.
 """
 
 from __future__ import annotations
@@ -99,14 +103,22 @@ SECOND_SIZE: dict[str, int] = {
     "visformer_tiny": 256,
     "swinv2_cr_tiny_224": 256,
 }
-# Models timm builds for one input size: built with img_size= at their second size.
-BUILT_FOR_ONE_SIZE = frozenset({"maxvit_pico_rw_256", "gcvit_xxtiny", "nest_tiny", "visformer_tiny", "swinv2_cr_tiny_224"})
 SIZE_STEP = 26  # 224 -> 250: no power of two divides it past 2, so the pools' windows are uneven
+FIXED_SIZE_STEP = 32  # models built for one size take img_size=; patches of 16 and 32 divide own + 32
+# Marked fixed_input_size by timm but swept at their second size as built (they run there unchanged).
+RUN_AS_BUILT = frozenset({"efficientvit_m0", "samvit_base_patch16_224"})
 DEFAULT = ("timm/resnet18:catavgmax", "timm/efficientnet_b0")
 
 
 def names() -> list[str]:
     return [PREFIX + m for m in FAMILIES.values()] + [PREFIX + m for m in EXTRA]
+
+
+def every_name() -> list[str]:
+    """Every architecture timm registers (``--every-model``)."""
+    import timm
+
+    return [PREFIX + m for m in timm.list_models()]
 
 
 def _parse(name: str) -> tuple[str, str | None]:
@@ -121,10 +133,19 @@ def own_size(name: str) -> int:
     return int(config.input_size[-1]) if config is not None else 224
 
 
+def built_for_one_size(name: str) -> bool:
+    """Whether timm builds the model for one input size (position tables, windows): it takes ``img_size=``."""
+    import timm
+
+    model = _parse(name)[0]
+    config = timm.get_pretrained_cfg(model)
+    return bool(config is not None and config.fixed_input_size) and model not in RUN_AS_BUILT
+
+
 def sizes(name: str) -> list[int]:
     model, _ = _parse(name)
     own = own_size(name)
-    return [own, SECOND_SIZE.get(model, own + SIZE_STEP)]
+    return [own, SECOND_SIZE.get(model, own + (FIXED_SIZE_STEP if built_for_one_size(name) else SIZE_STEP))]
 
 
 def shapes(name: str, chosen: list[int] | None) -> list[tuple[int, ...]]:
@@ -138,7 +159,7 @@ def build(name: str, shape: tuple[int, ...] | None = None) -> nn.Module:
     options: dict[str, object] = {"pretrained": False}
     if pool is not None:
         options["global_pool"] = pool
-    if model in BUILT_FOR_ONE_SIZE and shape is not None and shape[-1] != own_size(name):
+    if shape is not None and shape[-1] != own_size(name) and built_for_one_size(name):
         options["img_size"] = shape[-1]
     return timm.create_model(model, **options).eval()
 

@@ -16,10 +16,15 @@ ConvNext and Swin backbones, BEiT's segmentation head, PVTv2's linear attention)
 Sizes: the model's own (``config.image_size``, else 224) and a second one that makes the pools
 uneven (own + 26; :data:`SECOND_SIZE` where a model needs a multiple of its patch or window).
 Models with position tables for one size are built for the size they run at (:data:`BUILT_FOR_SIZE`).
+
+``--every-model`` takes every model type of the vision auto mappings (:data:`EVERY_TASKS`), each with the
+class of the first task that has it (:func:`vision_classes`), pool or not; a configuration that would
+load a pretrained backbone is built with ``use_pretrained_backbone=False``.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -54,9 +59,27 @@ FAMILIES: dict[str, str] = {
     "upernet": "UperNetForSemanticSegmentation",
 }
 # Families found but not swept, each with its reason (reported as skips by the zoo).
+_SCIPY = "its model module imports its loss, which needs scipy (not installed here)"
+_NO_DEFAULT = "its default configuration names no backbone (a hub checkpoint's configuration does)"
 KNOWN_LIMITATIONS: dict[str, str] = {
     "hf/timm_wrapper": "TimmWrapper wraps a timm model named in its config (pretrained weights from the hub); "
     "the timm suite sweeps timm's models themselves",
+    # --every-model: the vision model types that cannot be built from their default configuration here.
+    "hf/timm_backbone": "TimmBackbone builds the timm model its config names (none by default); the timm suite sweeps those",
+    "hf/beit": "BeitForSemanticSegmentation needs out_indices of four layers: swept as hf/beit:segmentation",
+    "hf/dinat": "Dinat needs the natten library (neighbourhood-attention kernels), not installed here",
+    "hf/eomt": _SCIPY,
+    "hf/eomt_dinov3": _SCIPY,
+    "hf/mask2former": _SCIPY,
+    "hf/maskformer": _SCIPY,
+    "hf/oneformer": _SCIPY,
+    "hf/videomt": _SCIPY,
+    "hf/llama4": "a multimodal language model: its vision tower takes no image size of its own configuration",
+    "hf/mllama": "a multimodal language model: its vision tower takes no image size of its own configuration",
+    "hf/pp_ocrv5_server_det": _NO_DEFAULT,
+    "hf/pp_ocrv6_medium_det": _NO_DEFAULT,
+    "hf/sapiens2": _NO_DEFAULT,
+    "hf/vitmatte": "VitMatteConfig's default backbone configuration mixes a tuple and a list (transformers 5.25 cannot build it)",
 }
 
 
@@ -95,22 +118,72 @@ BUILT_FOR_SIZE: dict[str, Callable[[int], dict[str, Any]]] = {
 SIZE_STEP = 26
 DEFAULT = ("hf/upernet:convnext", "hf/mobilenet_v2")
 TASKS = ("semantic-segmentation", "image-classification", "depth-estimation", "backbone")
+# --every-model: the tasks whose models take one image (pixel_values), in order of preference for a model type's class.
+EVERY_TASKS = (
+    *TASKS,
+    "object-detection",
+    "universal-segmentation",
+    "instance-segmentation",
+    "keypoint-detection",
+    "image-matting",
+    "masked-image-modeling",
+    "image",
+)
+MAPPINGS = {
+    "semantic-segmentation": "MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES",
+    "image-classification": "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+    "depth-estimation": "MODEL_FOR_DEPTH_ESTIMATION_MAPPING_NAMES",
+    "backbone": "MODEL_FOR_BACKBONE_MAPPING_NAMES",
+    "object-detection": "MODEL_FOR_OBJECT_DETECTION_MAPPING_NAMES",
+    "universal-segmentation": "MODEL_FOR_UNIVERSAL_SEGMENTATION_MAPPING_NAMES",
+    "instance-segmentation": "MODEL_FOR_INSTANCE_SEGMENTATION_MAPPING_NAMES",
+    "keypoint-detection": "MODEL_FOR_KEYPOINT_DETECTION_MAPPING_NAMES",
+    "image-matting": "MODEL_FOR_IMAGE_MATTING_MAPPING_NAMES",
+    "masked-image-modeling": "MODEL_FOR_MASKED_IMAGE_MODELING_MAPPING_NAMES",
+    "image": "MODEL_FOR_IMAGE_MAPPING_NAMES",
+}
 
 
 def names() -> list[str]:
     return [PREFIX + family for family in FAMILIES] + [PREFIX + variant for variant in VARIANTS]
 
 
+def _mapping(task: str) -> dict[str, Any]:
+    from transformers.models.auto import modeling_auto
+
+    return dict(getattr(modeling_auto, MAPPINGS[task]))
+
+
+@functools.cache
+def vision_classes(tasks: tuple[str, ...] = EVERY_TASKS) -> dict[str, str]:
+    """Every model type of these tasks' auto mappings, with the class of the first task that has it."""
+    found: dict[str, str] = {}
+    for task in tasks:
+        for model_type, class_name in _mapping(task).items():
+            found.setdefault(model_type, class_name[0] if isinstance(class_name, (list, tuple)) else class_name)
+    return dict(sorted(found.items()))
+
+
+def every_name() -> list[str]:
+    """Every vision model type of transformers, and the variants (``--every-model``)."""
+    return [PREFIX + model_type for model_type in vision_classes()] + [PREFIX + variant for variant in VARIANTS]
+
+
 def _config(model_type: str, **overrides: Any) -> Any:
     import transformers
 
-    return transformers.AutoConfig.for_model(model_type, **overrides)
+    config = transformers.AutoConfig.for_model(model_type, **overrides)
+    if getattr(config, "use_pretrained_backbone", False):  # random weights: no download of a backbone's
+        config.use_pretrained_backbone = False
+    return config
 
 
 def _parse(name: str) -> tuple[str, str]:
-    """(the class name, the key of FAMILIES or VARIANTS)."""
+    """(the class name, the key of FAMILIES, VARIANTS or the vision model types)."""
     key = name[len(PREFIX) :]
-    return (VARIANTS[key][0] if key in VARIANTS else FAMILIES[key]), key
+    if key in VARIANTS:
+        return VARIANTS[key][0], key
+    return FAMILIES[key] if key in FAMILIES else vision_classes()[key], key
 
 
 def own_size(name: str) -> int:
@@ -149,17 +222,10 @@ def discover(holds_a_pool: Callable[[nn.Module], bool]) -> dict[str, str]:
     that matter.
     """
     import transformers
-    from transformers.models.auto import modeling_auto
 
-    mappings = {
-        "semantic-segmentation": modeling_auto.MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES,
-        "image-classification": modeling_auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES,
-        "depth-estimation": modeling_auto.MODEL_FOR_DEPTH_ESTIMATION_MAPPING_NAMES,
-        "backbone": modeling_auto.MODEL_FOR_BACKBONE_MAPPING_NAMES,
-    }
     found: dict[str, str] = {}
     for task in TASKS:
-        for model_type, class_name in mappings[task].items():
+        for model_type, class_name in _mapping(task).items():
             if model_type in found:
                 continue
             class_name = class_name[0] if isinstance(class_name, (list, tuple)) else class_name

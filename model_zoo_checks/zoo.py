@@ -1,9 +1,12 @@
-"""The model-zoo sweep: models with adaptive pools from torchvision, timm and smp, converted, exported, checked.
+"""The model-zoo sweep: models with adaptive pools from torchvision, timm, smp, transformers, MONAI, pytorchcv
+and third-party libraries, converted, exported, checked — each case in a process of its own, on Ray or local
+worker processes.
 
 Run ``python -m model_zoo_checks.zoo`` (the README's main command) for the default set (a dozen
 torchvision models and a few timm, smp, transformers and MONAI ones, those installed), ``--all`` for
-every model of the suites (``--suite torchvision|timm|smp|transformers|monai|thirdparty|all``; see
-:mod:`model_zoo_checks.catalog`). Per (model, input shape) it records the adaptive pools the original
+every model of the suites' sweeps (``--suite torchvision|timm|smp|transformers|monai|thirdparty|pytorchcv|all``;
+see :mod:`model_zoo_checks.catalog`), ``--every-model`` for every model their libraries register. Per
+(model, input shape) :func:`check` records the adaptive pools the original
 calls, counted by :mod:`model_zoo_checks.census` independently of fxpool's report (in eager and with
 ``torch.onnx.is_in_onnx_export()`` true), the pools and their replacements, the eager error of the
 converted model (per dtype on ``--device cuda``), the stock exports of the original, and the
@@ -16,10 +19,17 @@ latency against the dynamo export of the original, and a status. The **PT2** sta
 original. ``fxpool.export`` runs where a plain export fails or the report leaves a pool to PyTorch:
 a plain export failing where ``fxpool.export`` succeeds fails the case (the converted model must stand on its own). Where every
 pool is replaced, ``fxpool.export`` would export the very same converted graph (its translations
-apply only to pools left native), so it is not run twice. Results go to
-``REPORT/report.json``, ``report.md`` and ``zoo.png``, rewritten after every case (the exporters'
-output goes to ``REPORT/logs/<case>.log``, the console keeps the progress bar, failures and a summary);
-``--resume`` keeps the cases a previous run finished there (pass or skip) and runs the rest.
+apply only to pools left native), so it is not run twice.
+
+Each case runs in a worker process of its own (:mod:`model_zoo_checks.isolation`) under a time and a
+memory limit, started once more after a crash; Ray schedules the cases where it is installed (a local
+instance, or a cluster with ``--address`` / ``RAY_ADDRESS``), local worker processes otherwise
+(:mod:`model_zoo_checks.backends`). The longest cases start first (:mod:`model_zoo_checks.plan`). Each
+finished case is appended to ``REPORT/cases.jsonl`` at once (:mod:`model_zoo_checks.journal`);
+``REPORT/report.json`` and ``report.md`` follow every few seconds, and at the end ``zoo.svg`` and
+``zoo.png`` (models x stages) and ``compatibility.csv``. The exporters' output goes to
+``REPORT/logs/<case>.log``; the console keeps the progress bar, failures and a summary. ``--resume`` keeps
+every case a previous run in REPORT finished and runs the rest (``--rerun-failures``: the failed ones too).
 """
 
 from __future__ import annotations
@@ -27,15 +37,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,10 +58,11 @@ from fxpool.exporting import exporter_reason
 from fxpool.replacements import traced_forms
 from fxpool.verifying import op_histogram, run_onnxruntime, verify_onnx
 
+from . import backends, isolation, journal, plan, registry
 from .benchmarks import onnx_case
-from .capture import captured, console
-from .catalog import DEFAULT_SHAPES, KNOWN_LIMITATIONS, SUITES, build, default_names, input_shapes, installed, suite_of, swept_names
+from .catalog import DEFAULT_SHAPES, SUITES, build, cost, default_names, every_name, installed, not_swept, suite_of, swept_names
 from .census import pool_calls
+from .isolation import Finished, Limits
 from .options import DTYPES, add_device_options, device_and_dtypes, ort_provider, ort_sessions
 from .reporting import counts, summary, write_reports
 from .timing import side_by_side
@@ -136,9 +147,21 @@ class Case:
     # Per distinct pool that is not a plain mean: onnxruntime ms of fxpool's one-pool graph and of
     # the dynamo exporter's graph of the native pool (None where that does not export).
     pool_speeds: list[dict[str, Any]] = field(default_factory=list)
+    # "ok" where the conversion passed the eager checks (pools, census, error), "fails" where it did not,
+    # "" where it was not reached (the model did not build or run, or a report from before this field).
+    convert: str = ""
     details: list[str] = field(default_factory=list)  # full texts of the errors the notes summarise
     log: str = ""  # the case's third-party output, relative to the report folder
     seconds: float = 0.0
+    # The worker process (model_zoo_checks.isolation): how many were started (2 after a crash), what stopped
+    # the last one where it wrote no case ("SIGSEGV", "time limit of 900 s"), its largest resident memory,
+    # its wall time with the interpreter's start and imports, and the machine it ran on.
+    attempts: int = 1
+    stopped: str = ""
+    peak_memory_mb: float | None = None
+    cpu_seconds: float | None = None  # the worker's CPU time, all its threads (onnxruntime's too): core-seconds
+    worker_seconds: float | None = None
+    host: str = ""
 
     @property
     def convert_forwards(self) -> float | None:
@@ -192,10 +215,12 @@ def check(
     notes: list[str] = []
     casedir = tempfile.mkdtemp(dir=workdir)
     try:
-        if name in KNOWN_LIMITATIONS:
-            raise CaseSkipped(KNOWN_LIMITATIONS[name])
+        if not_swept(name):
+            raise CaseSkipped(not_swept(name))
         original = _run_original(case)
+        case.convert = "fails"
         converted, report = _check_eager(case, original, dtypes)
+        case.convert = "ok"
         stock_torchscript = _export_path(casedir, name, "orig_ts")
         case.stock_torchscript = _stock_torchscript(original, stock_torchscript, case.details)
         case.ort_provider = ort_provider(device)
@@ -622,29 +647,38 @@ def _stock_torchscript(original: _Original, path: str, details: list[str]) -> st
         return f"fails: {exporter_reason(error)}"
 
 
-def _load_cases(path: Path) -> list[Case]:
-    if not path.is_file():
-        return []
+def case_from_record(record: dict[str, Any]) -> Case:
+    """A case back from its JSON record (fields a newer or older sweep wrote and this one lacks are dropped)."""
     names = {f.name for f in fields(Case)}
-    return [
-        Case(**{k: v for k, v in record.items() if k in names} | {"input_shape": tuple(record["input_shape"])})
-        for record in json.loads(path.read_text())
-    ]
+    return Case(**{k: v for k, v in record.items() if k in names} | {"input_shape": tuple(record["input_shape"])})
 
 
-def _shard(text: str) -> tuple[int, int]:
-    try:
-        k, n = (int(part) for part in text.split("/"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--shard wants K/N like 1/2, got {text!r}") from None
-    if not 1 <= k <= n:
-        raise argparse.ArgumentTypeError(f"--shard K/N needs 1 <= K <= N, got {text!r}")
-    return k, n
+def finished_case(job: plan.Job, finished: Finished) -> Case:
+    """The case a worker left, or a failed case that says what stopped it (the signal, the limit)."""
+    if finished.record is not None:
+        case = case_from_record(finished.record)
+    else:
+        case = Case(job.model, job.input_shape, "fail", finished.why_not, device=job.device, suite=suite_of(job.model))
+        case.stopped = (finished.exits[-1].limit or finished.exits[-1].signal) if finished.exits else "lost"
+    if finished.record is not None and len(finished.exits) > 1:
+        note = f"the first worker process died of {finished.exits[0].signal}; the second ran the case"
+        case.reason = "; ".join(filter(None, [case.reason, note]))
+    case.attempts = len(finished.exits) or 1
+    case.worker_seconds = sum(e.seconds for e in finished.exits) or None
+    if case.peak_memory_mb is None and finished.exits:
+        case.peak_memory_mb = max(e.peak_memory_bytes for e in finished.exits) / 2**20 or None
+    case.host = finished.host
+    return case
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+REPORT_EVERY_S = 10.0  # report.json and report.md are rewritten at most this often during a run (the journal at once)
+DEFAULT_TIME_LIMIT_S = 1800
+DEFAULT_MEMORY_LIMIT_GIB = 8.0
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="fxpool zoo", description="model-zoo sweep (torchvision, timm, smp, transformers, monai, thirdparty)"
+        prog="fxpool zoo", description="model-zoo sweep (torchvision, timm, smp, transformers, monai, thirdparty, pytorchcv)"
     )
     parser.add_argument(
         "--models",
@@ -665,16 +699,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         nargs="*",
         type=int,
         default=None,
-        help="square input sizes (cubes for MONAI; default: torchvision 160 320, timm and transformers the model's own "
-        "and a second, smp 320 512, MONAI two uneven volumes; video models and a few slow ones keep their own shape)",
+        help="square input sizes (cubes for MONAI; default: torchvision 160 320, timm, transformers and pytorchcv the model's "
+        "own and a second, smp 320 512, MONAI two uneven volumes; video models and a few slow ones keep their own shape)",
     )
     parser.add_argument(
         "--all",
         action="store_true",
-        help="every model of the suites (torchvision: each with an adaptive pool, also at its own "
-        "default size; timm and transformers: one per family; smp: every decoder on two encoders; MONAI: every "
+        help="every model of the suites' sweeps (torchvision: each with an adaptive pool, also at its own "
+        "default size; timm, pytorchcv and transformers: one per family; smp: every decoder on two encoders; MONAI: every "
         "network module with a pool)",
     )
+    parser.add_argument(
+        "--every-model",
+        action="store_true",
+        help="every model the suites' libraries register (every timm architecture, every pytorchcv model, every "
+        "transformers vision model type, torchvision's whole registry); those without an adaptive pool are reported "
+        "as skips without running (model_zoo_checks/registry.json)",
+    )
+    parser.add_argument(
+        "--sample",
+        type=int,
+        default=None,
+        metavar="N",
+        help="sweep N of the chosen models that run, spread evenly over them (every k-th): a slice that stands for the "
+        "whole, to time it (the models reported without running are left out)",
+    )
+    parser.add_argument(
+        "--max-params",
+        type=float,
+        default=None,
+        metavar="M",
+        help="leave out the models of more than M million parameters (registry census): a slice that runs in minutes",
+    )
+    parser.add_argument(
+        "--one-size",
+        action="store_true",
+        help="each model at the first of its sizes only (timm, transformers and pytorchcv: the model's own)",
+    )
+    parser.add_argument("--list", action="store_true", help="print the chosen models, one a line, and run nothing")
     parser.add_argument(
         "--exporters",
         nargs="*",
@@ -684,83 +746,161 @@ def main(argv: Sequence[str] | None = None) -> int:
         "converted as a program (default: all four)",
     )
     add_device_options(parser, "cpu or cuda: where the eager checks run (in --dtypes)")
-    parser.add_argument("--report", default="reports/zoo", help="folder for report.md/json, zoo.png and logs/")
+    parser.add_argument("--report", default="reports/zoo", help="folder for report.md/json, zoo.svg/png and logs/")
     parser.add_argument(
-        "--resume", action="store_true", help="keep the passed and skipped cases in REPORT/report.json, run the rest"
+        "--resume", action="store_true", help="keep every case REPORT's last run finished (its cases.jsonl), run the rest"
+    )
+    parser.add_argument("--rerun-failures", action="store_true", help="with --resume: run the failed cases again too")
+    parser.add_argument(
+        "--backend",
+        choices=["ray", "processes"],
+        default="ray" if backends.ray_available() else "processes",
+        help="who runs the cases: Ray (the default where it is installed: pip install -e '.[ray]') or local worker processes",
     )
     parser.add_argument(
-        "--shard",
-        type=_shard,
-        default=(1, 1),
-        metavar="K/N",
-        help="run only every N-th case, starting at the K-th (split a sweep over processes)",
+        "--address", default=None, help="a Ray cluster to send the cases to (default: RAY_ADDRESS, else a local Ray instance)"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="cases at a time on this machine (default: its cores / --threads, one on a GPU); a cluster runs as many as "
+        "it has cores",
+    )
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (and Ray CPUs) per case (default 1)")
+    parser.add_argument(
+        "--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, help=f"seconds per case (default {DEFAULT_TIME_LIMIT_S})"
+    )
+    parser.add_argument(
+        "--memory-limit",
+        type=float,
+        default=DEFAULT_MEMORY_LIMIT_GIB,
+        help=f"GiB of resident memory per case (default {DEFAULT_MEMORY_LIMIT_GIB:g})",
     )
     parser.add_argument(
         "--verbose", action="store_true", help="show the exporters' own output on the console instead of in REPORT/logs/"
     )
-    parser.add_argument(
-        "--merge",
-        nargs="+",
-        default=None,
-        metavar="DIR",
-        help="combine the report.json of these folders (shards) into REPORT, run nothing",
-    )
-    args = parser.parse_args(argv)
-    if args.merge:
-        merged = {(c.model, c.input_shape): c for d in args.merge for c in _load_cases(Path(d) / "report.json")}
-        cases = sorted(merged.values(), key=lambda c: c.model)  # stable: each model's shapes keep their order
-        write_reports(cases, Path(args.report))
-        print(summary(cases))
-        return 0 if all(c.status != "fail" for c in cases) else 1
-    device, dtypes = device_and_dtypes(parser, args)
+    return parser
+
+
+def _names(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The models the options ask for."""
+    if args.models:
+        return list(args.models)
     suites = [s for s in SUITES if installed(s)] if "all" in args.suite else list(dict.fromkeys(args.suite))
     for suite in suites:
         if not installed(suite):
             parser.error(f"--suite {suite}: the package is not installed; pip install -e '.[{suite}]'")
-    names = swept_names(suites) if args.all else list(args.models or default_names(suites))
-    jobs = [(n, s) for n in names for s in input_shapes(n, args.sizes, with_native=args.all)]
-    if not args.all and not args.models and not args.sizes:  # the default set: one shape for its slowest models
-        jobs = [(n, s) for n, s in jobs if n not in DEFAULT_SHAPES] + [
-            (n, DEFAULT_SHAPES[n]) for n in dict.fromkeys(n for n, _ in jobs if n in DEFAULT_SHAPES)
-        ]
-    shard, shards = args.shard
-    jobs = jobs[shard - 1 :: shards]
+    if args.every_model:
+        return every_name(suites)
+    return swept_names(suites) if args.all else default_names(suites)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    device, dtypes = device_and_dtypes(parser, args)
+    if args.threads < 1 or (args.workers is not None and args.workers < 1):
+        parser.error("--threads and --workers take a whole number of at least 1")
+    if args.backend == "ray" and not backends.ray_available():
+        parser.error("--backend ray: Ray is not installed; pip install -e '.[ray]', or --backend processes")
+    names = _names(parser, args)
+    reasons = plan.unswept(names, args.every_model)
+    if args.max_params is not None:
+        names = [n for n in names if n in reasons or registry.entry(n).params <= args.max_params * 1e6]
+    if args.sample:
+        runnable = [n for n in names if n not in reasons]
+        names = runnable[:: max(1, len(runnable) // args.sample)][: args.sample]
+    if args.list:
+        print("\n".join(names))
+        return 0
+    settings = {"exporters": tuple(args.exporters), "device": device, "dtypes": dtypes, "threads": args.threads}
+    default_set = not (args.all or args.every_model or args.models or args.sizes)  # one shape for its slowest models
+    laid_out = plan.jobs(names, args.sizes, args.all or args.every_model, settings, DEFAULT_SHAPES if default_set else None)
+    if args.one_size:
+        first: dict[str, plan.Job] = {}
+        for job in laid_out:
+            first.setdefault(job.model, job)
+        laid_out = list(first.values())
     folder = Path(args.report)
-    previous = _load_cases(folder / "report.json") if args.resume else []
-    done = {(c.model, c.input_shape): c for c in previous if c.status != "fail"}
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // shards))
+    kept = journal.read(folder) if args.resume else []
+    if args.rerun_failures:
+        kept = [record for record in kept if record["status"] != "fail"]
+    journal.begin(folder, kept)  # every case it had stays in the journal; this run's report holds this run's cases
+    order = {job.key: k for k, job in enumerate(laid_out)}
+    cases = {journal.key(record): case_from_record(record) for record in kept if journal.key(record) in order}
+    for job in laid_out:
+        if job.model in reasons and job.key not in cases:
+            cases[job.key] = Case(job.model, job.input_shape, "skip", reasons[job.model], device, suite_of(job.model))
+            journal.append(folder, asdict(cases[job.key]))
+    todo = plan.longest_first([job for job in laid_out if job.key not in cases], cost)
+
+    def in_order() -> list[Case]:
+        return sorted(cases.values(), key=lambda c: order[(c.model, c.input_shape)])
+
+    # One case at a time on a GPU (each worker would hold a CUDA context of its own); on the CPU a case per core.
+    workers = args.workers or (1 if device != "cpu" else max(1, (os.cpu_count() or 1) // args.threads))
+    limits = Limits(args.time_limit, int(args.memory_limit * 2**30))
+    results: Iterator[tuple[plan.Job, Finished]] = iter(())  # nothing to run: no backend to start
+    worker = isolation.WORKER  # read here, in the driver, and handed to the tasks (the tests give a stand-in)
+    if todo and args.backend == "ray":
+        cpus = args.workers and args.workers * args.threads
+        results = backends.ray_results(todo, limits, args.address, cpus, args.verbose, worker)
+    elif todo:
+        results = backends.process_results(todo, limits, workers, args.verbose, worker)
+    print(
+        f"fxpool zoo: {len(laid_out)} cases, {len(laid_out) - len(todo)} kept or reported without running, "
+        f"{len(todo)} to run on {args.backend}" + (f" ({workers} at a time)" if args.backend == "processes" else ""),
+        file=sys.stderr,
+    )
     try:
         from tqdm import tqdm
     except ImportError:  # the progress bar is optional
         tqdm = None
-    terminal = sys.stderr if args.verbose else console()
-    cases = []
-    with tempfile.TemporaryDirectory() as workdir:
-        progress = tqdm(jobs, unit="case", file=terminal, dynamic_ncols=True) if tqdm else jobs
-        for name, shape in progress:
-            label = f"{name}@{'x'.join(map(str, shape[2:]))}"
-            if tqdm:
-                progress.set_description(label)
-            case = done.get((name, shape))
-            if case is None:
-                log = Path("logs") / f"{label.replace('/', '_').replace(':', '_')}.log"
-                (folder / log).unlink(missing_ok=True)
-                with contextlib.nullcontext() if args.verbose else captured(folder / log):
-                    case = check(name, shape, workdir, args.exporters, device, dtypes)
-                case.log = "" if args.verbose else str(log)
-            cases.append(case)
+    stop_as_before = signal.signal(signal.SIGTERM, _interrupt)  # a scheduler's stop: record what finished, stop the workers
+    progress = tqdm(total=len(todo), unit="case", file=sys.stderr, dynamic_ncols=True) if tqdm else None
+    written = time.monotonic()
+    interrupted = False
+    try:
+        for job, finished in results:
+            case = finished_case(job, finished)
+            log = Path("logs") / plan.log_name(job.label)
+            if not args.verbose:
+                (folder / log).parent.mkdir(parents=True, exist_ok=True)
+                (folder / log).write_text(finished.log)
+                case.log = str(log)
+            cases[job.key] = case
+            journal.append(folder, asdict(case))
             if case.status == "fail":
-                line = f"FAIL {label}: {case.reason[:200]}" + (f" (log: {folder / case.log})" if case.log else "")
-                (progress.write(line, file=terminal) if tqdm else print(line, file=terminal))
-            write_reports(cases, folder, picture=False)
-            if tqdm:
-                progress.set_postfix(counts(cases))
-        if tqdm:
+                line = f"FAIL {job.label}: {case.reason[:200]}" + (f" (log: {folder / case.log})" if case.log else "")
+                (progress.write(line, file=sys.stderr) if progress else print(line, file=sys.stderr))
+            if progress:
+                progress.update()
+                progress.set_postfix(counts(list(cases.values())))
+            if time.monotonic() - written > REPORT_EVERY_S:
+                write_reports(in_order(), folder, picture=False)
+                written = time.monotonic()
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        signal.signal(signal.SIGTERM, stop_as_before)
+        if progress:
             progress.close()
-    write_reports(cases, folder)
-    print(summary(cases))
-    print(f"reports in {folder}/: report.md (every case), report.json, zoo.png; per-case exporter output in {folder}/logs/")
-    return 0 if all(c.status != "fail" for c in cases) else 1
+    finished_cases = in_order()
+    write_reports(finished_cases, folder)
+    print(summary(finished_cases))
+    print(
+        f"reports in {folder}/: report.md (every case), report.json, cases.jsonl (as they finished), compatibility.csv, "
+        f"zoo.svg and zoo.png; per-case exporter output in {folder}/logs/"
+        + ("; interrupted: --resume runs the rest" if interrupted else "")
+    )
+    if interrupted:
+        return 130
+    return 0 if all(c.status != "fail" for c in finished_cases) else 1
 
 
 if __name__ == "__main__":

@@ -80,15 +80,16 @@ def test_reports_are_written_and_a_run_resumes_from_them(tmp_path) -> None:
     zoo.write_reports(cases, tmp_path)
     assert json.loads((tmp_path / "report.json").read_text())[1]["reason"] == "because"
     assert "1 pass, 0 fail, 1 skip" in (tmp_path / "report.md").read_text()
-    assert (tmp_path / "zoo.png").stat().st_size > 1000
-    assert zoo._load_cases(tmp_path / "report.json") == cases
-    assert zoo.main(["--models", "alexnet", "--sizes", "160", "--report", str(tmp_path), "--resume"]) == 0
+    assert (tmp_path / "zoo.png").stat().st_size > 1000 and (tmp_path / "zoo.svg").is_file()
+    assert [zoo.case_from_record(r) for r in json.loads((tmp_path / "report.json").read_text())] == cases
+    resumed = ["--models", "alexnet", "--sizes", "160", "--report", str(tmp_path), "--resume", "--backend", "processes"]
+    assert zoo.main(resumed) == 0
     assert json.loads((tmp_path / "report.json").read_text())[0]["ort_speedup"] == 2.0  # kept, not rerun
 
 
 @pytest.mark.slow
 def test_full_sweep_default_set(tmp_path) -> None:
-    assert zoo.main(["--report", str(tmp_path)]) == 0
+    assert zoo.main(["--report", str(tmp_path), "--backend", "processes"]) == 0
 
 
 @pytest.mark.cuda
@@ -96,20 +97,6 @@ def test_cuda_sweep_case_checks_three_dtypes(tmp_path) -> None:
     case = zoo.check("squeezenet1_1", (1, 3, 96, 96), str(tmp_path), ["dynamo"], device="cuda", dtypes=tuple(zoo.DTYPES))
     assert case.status == "pass", case.reason
     assert set(case.eager_errors) == set(zoo.DTYPES)
-
-
-def test_shards_split_the_sweep_and_merge_back(tmp_path) -> None:
-    cases = {
-        k: zoo.Case(m, (1, 3, s, s), status="pass", eager_max_error=0.0)
-        for k, (m, s) in enumerate([("alexnet", 160), ("alexnet", 320), ("vgg11", 160)])
-    }
-    zoo.write_reports([cases[0], cases[2]], tmp_path / "a", picture=False)
-    zoo.write_reports([cases[1]], tmp_path / "b", picture=False)
-    assert zoo.main(["--merge", str(tmp_path / "a"), str(tmp_path / "b"), "--report", str(tmp_path / "all")]) == 0
-    merged = zoo._load_cases(tmp_path / "all" / "report.json")
-    assert [(c.model, c.input_shape[-1]) for c in merged] == [("alexnet", 160), ("alexnet", 320), ("vgg11", 160)]
-    with pytest.raises(SystemExit):
-        zoo.main(["--shard", "3/2"])
 
 
 def test_a_model_torch_export_cannot_capture_either_way_is_not_blamed_on_fxpool() -> None:
@@ -349,3 +336,51 @@ def test_a_model_that_cannot_be_built_is_a_failed_case_not_an_exception(tmp_path
 def test_an_original_that_does_not_run_at_the_shape_is_skipped(tmp_path) -> None:
     case = zoo.check("alexnet", (1, 3, 8, 8), str(tmp_path), ["dynamo"])  # its max pools shrink 8x8 to nothing
     assert case.status == "skip" and case.reason.startswith("the original model does not run at (1, 3, 8, 8)")
+
+
+def test_the_registry_census_says_which_models_hold_a_pool_and_what_they_cost() -> None:
+    from model_zoo_checks import registry
+
+    rows = registry.census()
+    assert rows["resnet18"].holds_pool and rows["resnet18"].params == 11_689_512 and rows["resnet18"].size == (224, 224)
+    assert not rows["vit_b_16"].holds_pool  # torchvision's ViT pools by indexing the class token
+    larger, smaller = catalog.cost("resnet18", (1, 3, 320, 320)), catalog.cost("resnet18", (1, 3, 160, 160))
+    assert larger == 4 * smaller > catalog.cost("alexnet", (1, 3, 8, 8))
+
+
+def test_every_model_reports_the_models_without_a_pool_and_runs_the_rest() -> None:
+    from model_zoo_checks import plan, registry
+
+    names = catalog.every_name(["torchvision"])
+    assert {"vit_b_16", "raft_small", "resnet18", "pspnet_resnet18"} <= set(names)
+    reasons = plan.unswept(names, every_model=True)
+    assert reasons["vit_b_16"] == catalog.NO_POOL and "resnet18" not in reasons
+    assert set(names) - set(reasons) == {n for n in names if registry.census()[n].holds_pool}
+
+
+def test_the_pytorchcv_suite_sweeps_one_model_per_family_at_its_own_size_and_another() -> None:
+    pytest.importorskip("pytorchcv")
+    names = catalog.swept_names(["pytorchcv"])
+    families = [catalog.pytorchcv_suite.family(n) for n in names]
+    assert len(families) == len(set(families)) == 43 and "pytorchcv/seresnet10" in names  # the smallest SE-ResNet
+    assert catalog.input_shapes("pytorchcv/seresnet10", None, with_native=False) == [(1, 3, 224, 224), (1, 3, 250, 250)]
+    assert catalog.input_shapes("pytorchcv/seresnet20_cifar10", None, with_native=False) == [(1, 3, 32, 32), (1, 3, 58, 58)]
+    assert "librosa" in catalog.not_swept("pytorchcv/quartznet5x5_en_ls")
+    assert catalog.build("pytorchcv/seresnet10")(torch.randn(1, 3, 224, 224)).shape == (1, 1000)
+
+
+@pytest.mark.slow
+def test_the_registry_census_covers_the_installed_libraries() -> None:
+    import importlib.metadata
+    import json
+
+    from model_zoo_checks import registry
+
+    kept = json.loads(registry.PATH.read_text())
+    for suite, library in registry.LIBRARIES.items():
+        if not catalog.installed(suite):
+            continue
+        rewrite = f"python -m model_zoo_checks.registry --suite {suite}"
+        assert kept["versions"][suite] == importlib.metadata.version(library), rewrite
+        censused = {n for n in registry.census() if catalog.suite_of(n) == suite}
+        assert censused == set(catalog.every_name([suite]))
