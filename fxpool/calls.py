@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .errors import PoolCallError
-from .planning import PoolFamily
+from .steps import PoolFamily
 
 
 @dataclass(frozen=True)

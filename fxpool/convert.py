@@ -8,7 +8,7 @@ The conversion is a short pipeline, each stage a function of the previous one's 
 1. **find** (:func:`~fxpool.finding.find_pools`): on a copy of the module tree over the same
    tensors (:func:`~fxpool.copying.structural_copy`), every pool call site: pool modules by object,
    functional calls by the module whose forward makes them (intercepted at run time, no trace);
-2. **decide** (:func:`~fxpool.deciding.decide`): planning's one decision per site, and its record;
+2. **decide** (:func:`~fxpool.deciding.decide`): the one decision per site (:mod:`fxpool.guards`), and its record;
 3. **build** (:func:`~fxpool.building.build`): the replacement modules, put in place;
 4. **check** (:func:`~fxpool.checking.self_check`): the result run once on the example, each
    replacement against the native pool on its own input, the whole model against the recording.

@@ -1,8 +1,8 @@
 """Decide: one decision and one report record per pool site.
 
 :func:`decide` reads a :class:`~fxpool.finding.PoolSite` as planning sees a pool (a
-:class:`~fxpool.planning.PoolSighting`: how it is written and the sizes of each run), asks
-:func:`~fxpool.planning.decide_pool` for its one :class:`~fxpool.planning.PoolDecision`, and writes
+:class:`~fxpool.guards.PoolSighting`: how it is written and the sizes of each run), asks
+:func:`~fxpool.guards.decide_pool` for its one :class:`~fxpool.guards.PoolDecision`, and writes
 the :class:`~fxpool.report.PoolRecord` users read. A site that must stay where it is
 (``site.left``) or whose replacement an earlier self-check undid is left, with that reason; one of
 fxpool's own replacements (``site.already``) is recorded as converted, and nothing is built for it.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from .calls import PoolCall, normalize_output_size
 from .finding import PoolSite
-from .planning import PoolDecision, PoolSighting, decide_pool
+from .guards import PoolDecision, PoolSighting, decide_pool
 from .recording import PoolEvent
 from .report import PoolRecord
 

@@ -29,8 +29,8 @@ from torch import nn
 from .calls import POOL_CLASS_NAMES, PoolCall, normalize_output_size
 from .copying import tree_index
 from .errors import PoolCallError
-from .planning import PoolFamily
 from .recording import PoolEvent, Recording
+from .steps import PoolFamily
 
 EXPORT_SUFFIX = "@export"  # ends the location of a pool that runs only in the export branch
 

@@ -36,14 +36,10 @@ max axes are first gathered — each window's positions copied out in order, pad
 window by repeating its last position — and then a single MaxPool covers every axis at once
 (gathered axes: kernel = stride = that length), which scans each window row-major as PyTorch does.
 
-Before any axis rule, :func:`decide_pool` asks the pool guards (``POOL_GUARDS``, then under
-``dynamic=True`` ``DYNAMIC_GUARDS``) whether the pool can be replaced at all, from a
-:class:`PoolSighting` (how the pool is written and the sizes each run saw), and returns one
-:class:`PoolDecision`: the exact plan, the dynamic-size form, or nothing, with the reason. A pool run
-at several sizes keeps a plan only where that plan is exact at every size (a mean over output-1
-axes, say: MONAI's QuickNAT shares one such pool among all its blocks), or takes the dynamic-size form.
-
-Nothing here knows of torch, torch.fx or ONNX.
+The plan's data (its steps) is :mod:`fxpool.steps`; whether a pool is replaced at all, and the one
+decision per pool, :mod:`fxpool.guards`. Here: the per-axis rules and the cost constants fitted to
+the runtimes, the ONNX forms, and the choice of the ``dynamic=True`` form. Nothing here knows of
+torch, torch.fx or ONNX.
 """
 
 from __future__ import annotations
@@ -52,13 +48,28 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from math import prod
-from typing import Literal, get_args
+from typing import Literal
 
+from .steps import (
+    AxisChoice,
+    BlockReduceStep,
+    PoolFamily,
+    PoolPlan,
+    PoolStep,
+    ReduceStep,
+    SlidingWindowStep,
+    SpatialLayoutStep,
+    Step,
+    UpsampleStep,
+    WindowCountStep,
+    WindowGatherStep,
+    WindowReduceStep,
+    WindowScaleStep,
+    WindowSlicesStep,
+    WindowZeroStep,
+    axis_names,
+)
 from .windows import uniform_stride, upsample_factor, window_lengths
-
-PoolFamily = Literal["avg", "max"]
-AxisKind = Literal["identity", "reduce", "pool", "upsample", "sliding", "slices", "gather"]
-DecisionAction = Literal["exact", "dynamic", "left"]
 
 # Which exact form a general average axis gets, fitted to onnxruntime on the CPU (one thread, a quiet
 # machine; ``python -m model_zoo_checks.benchmarks --sections avgforms``, ms): a stride-1 AvgPool per
@@ -99,12 +110,6 @@ WINDOW_SUMS_MIN_COPIES = 0.19
 # 3.4 (1.4), 24x24->3x3 1.7, 56x56->7x7 over 64 channels 1.25); with 2 or 4 entries they lost everywhere
 # (14->7 over 8x512: 5x). The max family's ReduceMax against MaxPool behaved alike.
 BLOCK_MIN_LENGTH = 16
-# The max family's window maxima take one gather per window position, then an elementwise Max of them:
-# past this many positions (a long 1d axis: 1,000,000 -> 997 has 1004) the exporters spend minutes on
-# the thousands of ops (108 s for the dynamo exporter, 23 s for TorchScript's), so the window's positions
-# are gathered as one (o, span) block and reduced by one ReduceMax, with a NaN flag beside it (the sum
-# of the window's absolute values; onnxruntime's ReduceMax skips NaN), as ``dynamic=True`` does: 1.1-3.4 s.
-WINDOW_MAXIMA_MAX_GATHERS = 32
 # The limits above that send every general average axis to one exact form ("window": ONNX export's
 # window sums wherever an axis is general), for the benchmark's fits and the tests of each form.
 AVERAGE_FORM_LIMITS: dict[str, dict[str, float]] = {
@@ -131,301 +136,6 @@ def forced_form(form: str) -> Iterator[None]:
         yield
     finally:
         globals().update(saved)
-
-
-def axis_names(spatial_dims: int) -> tuple[str, ...]:
-    """Conventional names of the spatial axes: L; H, W; D, H, W."""
-    return {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}[spatial_dims]
-
-
-@dataclass(frozen=True)
-class AxisChoice:
-    """How one spatial axis is pooled, and why."""
-
-    kind: AxisKind
-    in_size: int
-    out_size: int
-    reason: str
-    kernel: int = 1
-    stride: int = 1
-    factor: int = 1
-    follows_input: bool = False
-    rejected: tuple[str, ...] = ()  # why each rule before this one did not apply ("pool: ...")
-
-
-@dataclass(frozen=True)
-class PoolStep:
-    """One AvgPool/MaxPool over all spatial axes (kernel 1, stride 1 on axes it leaves alone)."""
-
-    family: PoolFamily
-    kernel: tuple[int, ...]
-    stride: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class ReduceStep:
-    """Mean (avg) or amax (max) over some spatial axes, keeping them as size 1."""
-
-    family: PoolFamily
-    axes: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class SlidingWindowStep:
-    """Average one axis by a stride-1 AvgPool per window length, then gather each window's start.
-
-    The pooled results of the lengths are concatenated along the axis (shortest length first) and
-    output ``i`` is the entry at its window's length block and start (:func:`sliding_window_indices`).
-    """
-
-    axis: int
-    in_size: int
-    out_size: int
-    lengths: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class WindowSlicesStep:
-    """Average one axis window by window: slice each window, take its mean, concatenate the means."""
-
-    axis: int
-    in_size: int
-    out_size: int
-
-
-@dataclass(frozen=True)
-class WindowGatherStep:
-    """Copy out each window's positions along one axis, padded to ``span``.
-
-    Max family: padded by repeating the window's last position, so a MaxPool with kernel and stride
-    ``span`` takes each window's maximum. Average family (``zero_padded``): padded with a zero, so
-    an AvgPool with that kernel gives ``sum / span``, which :class:`WindowScaleStep` turns into the mean.
-    """
-
-    axis: int
-    in_size: int
-    out_size: int
-    span: int
-    zero_padded: bool = False
-
-
-@dataclass(frozen=True)
-class WindowReduceStep:
-    """Each window's maximum (max) or sum (avg) along one axis, from constant-index gathers.
-
-    Max: ``span`` gathers, gather ``j`` taking position ``j`` of every window (a shorter window
-    repeats its last position), and the elementwise maximum of the gathers. Average: one gather of
-    every window's positions in order, ``out_size * span`` of them (a shorter window's missing
-    positions point at the zero :class:`WindowZeroStep` appended to the axis), split into ``(out_size,
-    span)`` and summed over the span; :class:`WindowCountStep` divides by the window sizes after the
-    last axis. The ONNX form of :attr:`PoolPlan.onnx_steps`: onnxruntime's MaxPool and ReduceMax skip
-    NaN, its elementwise Max, ReduceSum and Einsum propagate NaN and ±inf as PyTorch's pools do.
-    """
-
-    family: PoolFamily
-    axis: int
-    in_size: int
-    out_size: int
-    span: int
-
-
-@dataclass(frozen=True)
-class BlockReduceStep:
-    """Each window's sum (avg) or maximum (max) along one axis whose ``out_size`` windows tile it (one
-    length, stride equal to it): the axis split into ``(out_size, length)`` and reduced over the length,
-    a Reshape and one ReduceSum/Einsum or ReduceMax in ONNX. Averages end with a
-    :class:`WindowCountStep`. ReduceMax skips NaN in onnxruntime, as the MaxPool it replaces does."""
-
-    family: PoolFamily
-    axis: int
-    in_size: int
-    out_size: int
-
-
-@dataclass(frozen=True)
-class WindowZeroStep:
-    """Append one zero to each of ``axes``: the entry a shorter window's missing positions gather, so
-    that its sum over the span is its own sum (a zero, not a product: NaN and ±inf stay in their windows)."""
-
-    axes: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class WindowCountStep:
-    """Divide every output by the number of entries in its window: the product over the spatial axes of
-    its window lengths along each pooled axis (``(in_size, out_size)``; ``None``: an axis not pooled)."""
-
-    windows: tuple[tuple[int, int] | None, ...]
-
-
-@dataclass(frozen=True)
-class SpatialLayoutStep:
-    """Move the spatial axes in front of the batch and channel axes (``spatial_first``), or back after.
-
-    In front, a gather along a spatial axis copies whole blocks of every batch and channel; after the
-    pool, back in their place (the result contiguous). :class:`WindowReduceStep` between the two names its
-    axis as ever; the executor knows where it lies.
-    """
-
-    spatial_first: bool
-
-
-@dataclass(frozen=True)
-class WindowScaleStep:
-    """Multiply output ``i`` along one axis by ``span / length_i`` (after a zero-padded gather and AvgPool)."""
-
-    axis: int
-    in_size: int
-    out_size: int
-    span: int
-
-
-@dataclass(frozen=True)
-class UpsampleStep:
-    """Nearest upsampling of every spatial axis to ``sizes`` (integer factors only).
-
-    ``None`` marks an axis that keeps its input size (``None`` in output_size): its size is read
-    from the input at run time, since the replacement accepts any size there.
-    """
-
-    sizes: tuple[int | None, ...]
-
-
-Step = (
-    PoolStep
-    | ReduceStep
-    | SlidingWindowStep
-    | WindowSlicesStep
-    | WindowGatherStep
-    | WindowReduceStep
-    | BlockReduceStep
-    | WindowZeroStep
-    | WindowCountStep
-    | SpatialLayoutStep
-    | WindowScaleStep
-    | UpsampleStep
-)
-
-
-@dataclass(frozen=True)
-class PoolPlan:
-    """The exact replacement of one adaptive pool: per-axis choices and the steps that compute it."""
-
-    family: PoolFamily
-    in_sizes: tuple[int, ...]
-    out_sizes: tuple[int, ...]
-    axes: tuple[AxisChoice, ...]
-    steps: tuple[Step, ...]
-    scaled_output: bool = False  # the output size derives from the input's (interpolate's scale_factor)
-    # What ONNX export runs instead of ``steps`` (forward values only; empty: ``steps``). See :func:`onnx_window_steps`.
-    onnx_steps: tuple[Step, ...] = ()
-
-    @property
-    def spatial_dims(self) -> int:
-        return len(self.in_sizes)
-
-    @property
-    def guarded_axes(self) -> tuple[int, ...]:
-        """Spatial axes whose traced size the replacement depends on.
-
-        An axis is size-agnostic when it follows its input (``None`` in output_size) or is reduced
-        by a mean/max that does not name its length; an output-1 axis folded into a pooling kernel
-        is not. When the output size is a scale of the input's, every axis is guarded: at another
-        input size the output size itself changes.
-        """
-        if self.scaled_output:
-            return tuple(range(self.spatial_dims))
-        folded = any(isinstance(step, PoolStep) for step in self.steps)
-        return tuple(i for i, axis in enumerate(self.axes) if not (axis.follows_input or (axis.kind == "reduce" and not folded)))
-
-    @property
-    def size_agnostic(self) -> bool:
-        """True where the replacement is exact at every input size, so it needs no size guard."""
-        return not self.guarded_axes
-
-    @property
-    def kind(self) -> str:
-        """The name of the first step's op (``identity`` for none), as reports count replacements."""
-        return _step_kind(self.steps[0], self.spatial_dims) if self.steps else "identity"
-
-    def describe(self) -> str:
-        """A one-line human summary of the steps, e.g. ``AvgPool2d(k=(3, 3), s=(2, 2))``."""
-        if not self.steps:
-            return "identity"
-        return " -> ".join(_describe_step(step, self.spatial_dims) for step in self.steps)
-
-    def describe_onnx(self) -> str:
-        """:meth:`describe` of what ONNX export runs (:attr:`onnx_steps`, else ``steps``)."""
-        if not self.onnx_steps:
-            return self.describe()
-        return " -> ".join(_describe_step(step, self.spatial_dims) for step in self.onnx_steps)
-
-    def reasons(self) -> str:
-        """Why each axis got its kind, one clause per axis."""
-        names = axis_names(self.spatial_dims)
-        return "; ".join(f"{name} {axis.reason}" for name, axis in zip(names, self.axes))
-
-
-def _step_kind(step: Step, spatial_dims: int) -> str:
-    if isinstance(step, PoolStep):
-        return f"{'AvgPool' if step.family == 'avg' else 'MaxPool'}{spatial_dims}d"
-    if isinstance(step, ReduceStep):
-        return "mean" if step.family == "avg" else "amax"
-    if isinstance(step, WindowReduceStep):
-        return "window-max" if step.family == "max" else "window-sum"
-    if isinstance(step, BlockReduceStep):
-        return "block-max" if step.family == "max" else "block-sum"
-    kinds: dict[type, str] = {
-        SlidingWindowStep: "sliding",
-        WindowSlicesStep: "slices",
-        WindowGatherStep: "gather",
-        SpatialLayoutStep: "transpose",
-        WindowZeroStep: "zero",
-        WindowCountStep: "count",
-        WindowScaleStep: "scale",
-        UpsampleStep: "nearest",
-    }
-    return kinds[type(step)]
-
-
-def _describe_step(step: Step, spatial_dims: int) -> str:
-    names = axis_names(spatial_dims)
-    if isinstance(step, PoolStep):
-        op = "AvgPool" if step.family == "avg" else "MaxPool"
-        return f"{op}{spatial_dims}d(k={_fmt(step.kernel)}, s={_fmt(step.stride)})"
-    if isinstance(step, ReduceStep):
-        op = "mean" if step.family == "avg" else "amax"
-        return f"{op}({','.join(names[a] for a in step.axes)})"
-    if isinstance(step, SlidingWindowStep):
-        lengths = ",".join(map(str, step.lengths))
-        return f"sliding {names[step.axis]} {step.in_size}->{step.out_size} (k={lengths})"
-    if isinstance(step, WindowSlicesStep):
-        return f"slices {names[step.axis]} {step.in_size}->{step.out_size}"
-    if isinstance(step, WindowGatherStep):
-        padding = ", zero-padded" if step.zero_padded else ""
-        return f"gather {names[step.axis]} {step.in_size}->{step.out_size}x{step.span}{padding}"
-    if isinstance(step, WindowReduceStep):
-        if step.family == "max":
-            if step.span > WINDOW_MAXIMA_MAX_GATHERS:
-                return f"window-max {names[step.axis]} {step.in_size}->{step.out_size} (one gather of {step.span}, ReduceMax)"
-            return f"window-max {names[step.axis]} {step.in_size}->{step.out_size} ({step.span} gathers, Max)"
-        return f"window-sum {names[step.axis]} {step.in_size}->{step.out_size} (span {step.span})"
-    if isinstance(step, BlockReduceStep):
-        op = "max" if step.family == "max" else "sum"
-        return f"block-{op} {names[step.axis]} {step.in_size}->{step.out_size} (k={step.in_size // step.out_size})"
-    if isinstance(step, WindowZeroStep):
-        return f"zero after {','.join(names[a] for a in step.axes)}"
-    if isinstance(step, WindowCountStep):
-        return "divide by window sizes"
-    if isinstance(step, SpatialLayoutStep):
-        return "spatial axes first" if step.spatial_first else "spatial axes back"
-    if isinstance(step, WindowScaleStep):
-        return f"scale {names[step.axis]} by {step.span}/window length"
-    return f"nearest upsample to {_fmt(step.sizes)}"
-
-
-def _fmt(values: tuple[int | None, ...]) -> str:
-    return str(values[0]) if len(values) == 1 else str(values)
 
 
 # --- per-axis rules: each returns an AxisChoice, or a string saying why it does not apply ---
@@ -707,74 +417,6 @@ def _steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]
     return tuple(steps)
 
 
-# --- pool guards: whether a pool may be replaced at all, before any axis rule ---
-
-SpatialSizes = tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class PoolSighting:
-    """What is known of one pool before planning: how it is written, and the sizes of each run.
-
-    ``requested`` is the output size per spatial axis as the model asks for it (``None`` entries
-    keep the input's size), or ``None`` for an interpolate with ``scale_factor``.
-    """
-
-    family: PoolFamily
-    runs: tuple[tuple[SpatialSizes, SpatialSizes], ...]  # (spatial input sizes, spatial output sizes) per call
-    requested: tuple[int | None, ...] | None
-    return_indices: bool = False
-    dynamic_output_size: bool = False  # output_size is computed in the graph
-    quantized: bool = False
-
-
-PoolGuard = Callable[[PoolSighting], str | None]  # why the pool must be left to PyTorch, or None
-
-
-def _ran_guard(sighting: PoolSighting) -> str | None:
-    return None if sighting.runs else "never ran on the example input, so its input size is unknown"
-
-
-def _constant_output_guard(sighting: PoolSighting) -> str | None:
-    if sighting.dynamic_output_size:
-        return "output_size is computed at run time, so no fixed replacement is safe"
-    return None
-
-
-def _quantized_guard(sighting: PoolSighting) -> str | None:
-    return "quantized input: left to the quantized kernel" if sighting.quantized else None
-
-
-def _non_empty_guard(sighting: PoolSighting) -> str | None:
-    in_sizes, out_sizes = sighting.runs[0]
-    if 0 in in_sizes or 0 in out_sizes:
-        return "a zero spatial size makes an empty result; nothing to replace"
-    return None
-
-
-def _one_size_guard(sighting: PoolSighting) -> str | None:
-    sizes = set(sighting.runs)
-    if len(sizes) > 1:
-        seen = ", ".join(f"{i}->{o}" for i, o in sorted(sizes))
-        return f"called {len(sighting.runs)} times with different sizes ({seen}); no single replacement is exact"
-    return None
-
-
-def _fixed_request_guard(sighting: PoolSighting) -> str | None:
-    if sighting.requested is None:
-        return "dynamic=True: interpolate with scale_factor has a size-dependent output size"
-    return None
-
-
-POOL_GUARDS: tuple[PoolGuard, ...] = (
-    _ran_guard,
-    _constant_output_guard,
-    _quantized_guard,
-    _non_empty_guard,
-)
-DYNAMIC_GUARDS: tuple[PoolGuard, ...] = (_fixed_request_guard,)
-
-
 # --- dynamic forms: windows from the runtime size (``dynamic=True``) ---
 #
 # For an axis of runtime length L pooled to o, window i is [floor(i*L/o), ceil((i+1)*L/o)): every window
@@ -860,75 +502,3 @@ def choose_dynamic_form(family: PoolFamily, in_sizes: tuple[int, ...], out_sizes
     why = ", ".join(many + short) or "no pooled axis"
     reason = f"dynamic form: window gathers, spatial axes first ({why} at {in_sizes})"
     return DynamicForm(family, tuple(out_sizes), "gathers", reason)
-
-
-@dataclass(frozen=True)
-class PoolDecision:
-    """What convert does with one pool, and why.
-
-    ``exact``: replace it by ``plan`` (checked at the traced size where the plan needs it);
-    ``dynamic``: replace it by the form that computes its windows from the runtime size (``plan``
-    is what the traced size alone would have got, ``dynamic_form`` the form); ``left``: leave it to PyTorch.
-    """
-
-    action: DecisionAction
-    reason: str
-    plan: PoolPlan | None = None
-    dynamic_form: DynamicForm | None = None
-    returns_indices: bool = False  # the window argmax form: values and PyTorch's indices (``plan`` gives the sizes)
-
-    def __post_init__(self) -> None:
-        if self.action not in get_args(DecisionAction):
-            raise ValueError(f"unknown decision {self.action!r}")
-        if (self.plan is None) != (self.action == "left"):
-            raise ValueError(f"a {self.action!r} decision {'has no' if self.action == 'left' else 'needs a'} plan")
-        if (self.dynamic_form is None) == (self.action == "dynamic"):
-            raise ValueError(f"a {self.action!r} decision {'needs a' if self.action == 'dynamic' else 'has no'} dynamic form")
-
-
-def decide_pool(sighting: PoolSighting, dynamic: bool = False) -> PoolDecision:
-    """The one decision for a pool: the first guard that refuses it, else its plan (or the dynamic form).
-
-    >>> decide_pool(PoolSighting("avg", (((7, 7), (3, 3)),), (3, 3))).plan.describe()
-    'AvgPool2d(k=(3, 3), s=(2, 2))'
-    >>> decide_pool(PoolSighting("max", (((7,), (3,)), ((8,), (3,))), (3,))).reason
-    'called 2 times with different sizes ((7,)->(3,), (8,)->(3,)); no single replacement is exact'
-    """
-    for guard in POOL_GUARDS:
-        why = guard(sighting)
-        if why:
-            return PoolDecision("left", why)
-    in_sizes, out_sizes = sighting.runs[0]
-    follows = tuple(s is None for s in sighting.requested) if sighting.requested else None
-    plan = choose_plan(sighting.family, in_sizes, out_sizes, follows, scaled_output=sighting.requested is None)
-    several = _one_size_guard(sighting)  # runs at several sizes: only a plan exact at every size serves them all
-    if sighting.return_indices:
-        return _decide_with_indices(plan, several, dynamic)
-    if plan.size_agnostic:
-        return PoolDecision("exact", plan.reasons() + (f" (exact at every size: {several})" if several else ""), plan)
-    if not dynamic:
-        return PoolDecision("left", several) if several else PoolDecision("exact", plan.reasons(), plan)
-    for guard in DYNAMIC_GUARDS:
-        why = guard(sighting)
-        if why:
-            return PoolDecision("left", why)
-    requested = tuple(None if f else o for f, o in zip(follows or (False,) * len(out_sizes), out_sizes))
-    form = choose_dynamic_form(sighting.family, in_sizes, requested)
-    return PoolDecision("dynamic", f"dynamic=True; at the traced size: {plan.reasons()}; {form.reason}", plan, form)
-
-
-def _decide_with_indices(plan: PoolPlan, several: str | None, dynamic: bool) -> PoolDecision:
-    """A max pool whose indices are used: the window argmax form, specialised to the one size it ran at."""
-    if several:
-        return PoolDecision("left", f"return_indices=True and {several}")
-    if dynamic:
-        return PoolDecision(
-            "left",
-            "dynamic=True and return_indices=True: the indices form is specialised to the traced size; convert "
-            "without dynamic=True for a graph of this size",
-        )
-    why = (
-        "return_indices=True: each window's entries gathered and arg-maxed as PyTorch's kernel scans them (first "
-        "maximum on ties, last NaN), values and indices exact"
-    )
-    return PoolDecision("exact", why, plan, returns_indices=True)

@@ -13,7 +13,7 @@ pass, on a copy of the graph (the caller's program or module is never changed):
    its input and its native result (the program's own example inputs, or random inputs of its
    example shapes).
 3. **decide and build**: planning's one decision per node from the sizes seen
-   (:func:`~fxpool.planning.decide_pool`; a spatial size the program leaves symbolic asks for the
+   (:func:`~fxpool.guards.decide_pool`; a spatial size the program leaves symbolic asks for the
    dynamic-size form of :mod:`fxpool.dynamic`), and the replacement module
    (:class:`~fxpool.replacements.ExactAdaptivePool`, or the dynamic form) called in the node's place.
 4. **check**: each replacement against its node's native result on the recorded input (average pools
@@ -52,7 +52,7 @@ from .dynamic import DynamicAdaptiveAvgPool, DynamicAdaptiveMaxPool
 from .errors import ExampleInputError, FxpoolError, SelfCheckError
 from .example import Example, example_run, read_example
 from .globalstate import LOCK
-from .planning import PoolDecision, PoolSighting, decide_pool
+from .guards import PoolDecision, PoolSighting, decide_pool
 from .replacements import ExactAdaptivePool
 from .report import ConversionReport, PoolRecord
 

@@ -33,7 +33,7 @@ from .copying import structural_copy, tree_index
 from .errors import ExampleInputError, FxpoolError, PoolCallError, error_summary
 from .example import Example, example_run
 from .globalstate import export_flag
-from .planning import PoolFamily
+from .steps import PoolFamily
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep  # with the separator: torchvision is not torch
 _FXPOOL_DIR = os.path.dirname(__file__) + os.sep

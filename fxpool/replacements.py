@@ -1,6 +1,6 @@
 """The modules that stand in for adaptive pools: exact, shape-specialised, export-friendly.
 
-:class:`ExactAdaptivePool` runs the steps of a :class:`~fxpool.planning.PoolPlan` with plain ops
+:class:`ExactAdaptivePool` runs the steps of a :class:`~fxpool.steps.PoolPlan` with plain ops
 (``avg_pool``/``max_pool``, ``mean``/``max``, ``narrow`` and ``cat``, constant ``index_select``, nearest
 ``interpolate``), none of which multiplies an entry outside its window (so NaN and ±inf stay in their
 windows): exporters (``torch.onnx``, ``torch.export`` and what builds on it: ExecuTorch,
@@ -32,7 +32,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .errors import PoolCallError, SpatialSizeError
-from .planning import (
+from .planning import choose_plan
+from .steps import (
     WINDOW_MAXIMA_MAX_GATHERS,
     BlockReduceStep,
     PoolPlan,
@@ -48,7 +49,6 @@ from .planning import (
     WindowSlicesStep,
     WindowZeroStep,
     axis_names,
-    choose_plan,
 )
 from .windows import window_bounds
 

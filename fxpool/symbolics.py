@@ -5,7 +5,7 @@ pool in code neither torch.fx nor hooks see. For its duration, :func:`exporter_t
 registers a TorchScript-exporter symbolic for ``aten::adaptive_avg_pool1d/2d/3d``, and
 :func:`dynamo_translation_table` gives the dynamo exporter's ``custom_translation_table`` entries
 for the same ops. Both emit one exact, portable form (:func:`_lower`). Where the exporter knows the
-input's spatial sizes, that is the :class:`~fxpool.planning.PoolPlan` a converted model would get,
+input's spatial sizes, that is the :class:`~fxpool.steps.PoolPlan` a converted model would get,
 lowered step by step (AveragePool, GlobalAveragePool/ReduceMean, stride-1 AveragePools with a
 Gather, one Slice and ReduceMean per window, Pad+Gather+Mul for long axes; nearest upsampling as a
 Gather), so eager and export-time pools follow the same rules. An output of 1 on every axis is
@@ -25,7 +25,9 @@ from typing import Any
 
 import torch
 
-from .planning import (
+from .planning import choose_plan
+from .replacements import sliding_window_indices, window_gather_indices, window_scales
+from .steps import (
     PoolPlan,
     PoolStep,
     ReduceStep,
@@ -34,9 +36,7 @@ from .planning import (
     WindowGatherStep,
     WindowScaleStep,
     WindowSlicesStep,
-    choose_plan,
 )
-from .replacements import sliding_window_indices, window_gather_indices, window_scales
 from .windows import window_bounds
 
 _OPSET = 9

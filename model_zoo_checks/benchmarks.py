@@ -478,7 +478,7 @@ def max_forms_section(repeats: int) -> list[dict[str, Any]]:
     """The max family's window maxima in both layouts (the input's, spatial axes first), in onnxruntime at
     one and two threads, and the planner's pick: the data :data:`fxpool.planning.SPATIAL_FIRST_MIN_COPIES`
     is fitted to."""
-    from fxpool import planning
+    from fxpool import planning, steps
 
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
@@ -487,7 +487,7 @@ def max_forms_section(repeats: int) -> list[dict[str, Any]]:
             x = torch.randn(shape)
             _, paths = _forced_forms("max", list(planning.MAX_FORM_LIMITS), x, output, workdir)
             chosen = planning.choose_plan("max", tuple(shape[-dims:]), output)
-            spatial_first = any(isinstance(step, planning.SpatialLayoutStep) for step in chosen.onnx_steps)
+            spatial_first = any(isinstance(step, steps.SpatialLayoutStep) for step in chosen.onnx_steps)
             picked = "spatial_first" if spatial_first else "input_layout"
             row: dict[str, Any] = {
                 "shape": list(shape),

@@ -11,17 +11,19 @@ PACKAGE = Path(__file__).resolve().parents[1] / "fxpool"
 FOUNDATIONS = {"errors", "copying", "globalstate", "loading", "writing"}
 ALLOWED: dict[str, set[str]] = {
     "windows": set(),
-    "planning": {"windows"},
+    "steps": set(),
+    "planning": {"windows", "steps"},
+    "guards": {"planning", "steps"},
     "errors": set(),
     "copying": set(),
     "globalstate": set(),
     "loading": {"errors"},
     "writing": {"errors"},
-    "calls": {"errors", "planning"},
+    "calls": {"errors", "steps"},
     "example": {"errors"},
-    "replacements": {"errors", "planning", "windows"},
-    "dynamic": {"errors", "planning", "windows", "replacements"},
-    "indices": {"errors", "planning", "windows", "replacements"},
+    "replacements": {"errors", "planning", "steps", "windows"},
+    "dynamic": {"errors", "planning", "steps", "windows", "replacements"},
+    "indices": {"errors", "planning", "steps", "windows", "replacements"},
 }
 GRAPH_WORK = set().union(*ALLOWED.values(), ALLOWED) | {"recording", "intercepting", "checking", "report", "proving"}
 ALLOWED["recording"] = ALLOWED["intercepting"] = ALLOWED["checking"] = ALLOWED["report"] = ALLOWED["proving"] = GRAPH_WORK
@@ -38,6 +40,8 @@ ALLOWED["cli"] = ALLOWED["__init__"] = ALLOWED["__main__"] = ALLOWED["exporting"
 FORBIDDEN_THIRD_PARTY: dict[str, tuple[str, ...]] = {
     "windows": ("torch",),
     "planning": ("torch",),
+    "steps": ("torch",),
+    "guards": ("torch",),
     **{
         m: ("onnx", "onnxruntime", "onnxscript")
         for m in (

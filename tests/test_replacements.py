@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fxpool import planning
+from fxpool import planning, steps
 from fxpool.errors import SpatialSizeError
 from fxpool.planning import choose_plan
 from fxpool.replacements import ExactAdaptivePool, traced_forms
@@ -103,7 +103,7 @@ def test_exhaustive_1d_in_every_average_form(in_size: int, average_form: str) ->
     """Each general average form against PyTorch at every length 1..16 -> 1..20, float64, with gradients."""
     for out_size in range(1, 21):
         plan = choose_plan("avg", (in_size,), (out_size,))
-        window = any(isinstance(step, planning.WindowReduceStep) for step in plan.onnx_steps)
+        window = any(isinstance(step, steps.WindowReduceStep) for step in plan.onnx_steps)
         assert ("window" if window else plan.axes[0].kind) in ("identity", "reduce", "pool", "upsample", average_form)
         assert_same_pool("avg", torch.randn(2, 3, in_size, dtype=torch.float64), (out_size,))
 

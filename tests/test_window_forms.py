@@ -19,19 +19,9 @@ import torch
 import torch.nn.functional as F
 
 import fxpool
-from fxpool.planning import (
-    BLOCK_MIN_LENGTH,
-    SPATIAL_FIRST_MIN_COPIES,
-    WINDOW_SUMS_MIN_COPIES,
-    BlockReduceStep,
-    SpatialLayoutStep,
-    WindowCountStep,
-    WindowReduceStep,
-    WindowZeroStep,
-    choose_plan,
-    last_axis_copies,
-)
+from fxpool.planning import BLOCK_MIN_LENGTH, SPATIAL_FIRST_MIN_COPIES, WINDOW_SUMS_MIN_COPIES, choose_plan, last_axis_copies
 from fxpool.replacements import ExactAdaptivePool, window_counts, window_gather_indices, window_position_indices
+from fxpool.steps import BlockReduceStep, SpatialLayoutStep, WindowCountStep, WindowReduceStep, WindowZeroStep
 from fxpool.windows import window_bounds
 
 NATIVE = {1: F.adaptive_max_pool1d, 2: F.adaptive_max_pool2d, 3: F.adaptive_max_pool3d}
@@ -336,7 +326,7 @@ def test_2d_and_3d_in_onnxruntime_export_gathers_and_max(dynamo: bool, tmp_path)
 def test_long_max_windows_are_one_gather_and_a_reducemax_with_a_nan_flag(dynamo: bool, tmp_path) -> None:
     import onnx
 
-    from fxpool.planning import WINDOW_MAXIMA_MAX_GATHERS
+    from fxpool.steps import WINDOW_MAXIMA_MAX_GATHERS
 
     for in_sizes, out_sizes in [((2000,), (19,)), ((70, 9), (2, 5))]:
         plan = choose_plan("max", in_sizes, out_sizes)
