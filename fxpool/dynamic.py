@@ -36,15 +36,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from .forms import keep_memory_format
 from .planning import DynamicKind
-from .replacements import (
-    check_input,
-    keep_memory_format,
-    native_pool_function,
-    native_pool_module,
-    normalized_output_size,
-    plain_eager,
-)
+from .replacements import native_pool_function, native_pool_module, normalized_output_size
+from .sizechecks import check_input, plain_eager
 
 torch.fx.wrap("check_input")  # a leaf here too, so converted models trace again with torch.fx
 

@@ -28,7 +28,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .errors import PoolCallError
-from .replacements import check_input, keep_memory_format, plain_eager, refuse_empty_torchscript_export
+from .forms import keep_memory_format
+from .sizechecks import check_input, plain_eager, refuse_empty_torchscript_export
 from .windows import window_bounds
 
 _NATIVE = {1: F.adaptive_max_pool1d, 2: F.adaptive_max_pool2d, 3: F.adaptive_max_pool3d}

@@ -36,8 +36,8 @@ from .copying import tree_modules
 from .errors import error_summary
 from .example import Example, example_run
 from .globalstate import export_flag
-from .replacements import traced_forms
 from .report import ConversionReport, PoolRecord
+from .sizechecks import traced_forms
 
 JIT_TRACER = "torch.jit.trace, as the TorchScript ONNX exporter traces"
 DISPATCH_TRACER = "an ATen dispatch run, as torch.export records"

@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
+from .forms import sliding_window_indices, window_gather_indices, window_scales
 from .planning import choose_plan
-from .replacements import sliding_window_indices, window_gather_indices, window_scales
 from .steps import (
     PoolPlan,
     PoolStep,

@@ -55,7 +55,7 @@ from torch.utils._pytree import tree_leaves
 import fxpool
 from fxpool.errors import ExportVerificationError
 from fxpool.exporting import exporter_reason
-from fxpool.replacements import traced_forms
+from fxpool.sizechecks import traced_forms
 from fxpool.verifying import op_histogram, run_onnxruntime, verify_onnx
 
 from . import backends, isolation, journal, plan, registry

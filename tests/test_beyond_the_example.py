@@ -22,7 +22,8 @@ from torch import nn
 
 import fxpool
 from fxpool import planning
-from fxpool.replacements import ExactAdaptivePool, traced_forms
+from fxpool.replacements import ExactAdaptivePool
+from fxpool.sizechecks import traced_forms
 
 POOLS = {
     (family, dims): getattr(nn, f"Adaptive{family.capitalize()}Pool{dims}d") for family in ("avg", "max") for dims in (1, 2, 3)

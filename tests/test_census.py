@@ -50,7 +50,7 @@ def test_every_spelling_is_counted_once() -> None:
 def _traced_calls(model: nn.Module, x: torch.Tensor) -> dict[str, int]:
     """What the zoo counts of a converted model: the forms exporters see (eager runs PyTorch's kernel
     for uneven windows, which would count as pools)."""
-    from fxpool.replacements import traced_forms
+    from fxpool.sizechecks import traced_forms
 
     with traced_forms():
         return pool_calls(model, x)

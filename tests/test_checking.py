@@ -53,7 +53,7 @@ def test_passed_check_states_what_it_compared() -> None:
 
 
 def test_a_wrong_replacement_is_undone_and_reported_with_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("fxpool.replacements.sliding_window_indices", wrong_indices)
+    monkeypatch.setattr("fxpool.forms.sliding_window_indices", wrong_indices)
     model = nn.Sequential(nn.Conv2d(3, 3, 1), nn.AdaptiveAvgPool2d(7), nn.AdaptiveAvgPool2d(3))
     x = torch.randn(2, 3, 10, 10)
     converted = fxpool.convert(model, x)
@@ -70,16 +70,16 @@ def test_a_wrong_replacement_is_undone_and_reported_with_numbers(monkeypatch: py
 def test_the_form_exporters_see_is_checked_where_eager_runs_pytorchs_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     # General max windows run the native kernel in eager, which cannot disagree with itself; a bug
     # in the gather form (the last window's indices off by one) must still be caught and undone.
-    import fxpool.replacements as replacements
+    import fxpool.forms as forms
 
-    real = replacements.window_gather_indices
+    real = forms.window_gather_indices
 
     def off_by_one(in_size: int, out_size: int, span: int, zero_padded: bool = False) -> torch.Tensor:
         indices = real(in_size, out_size, span, zero_padded)
         indices[-span:] = 0
         return indices
 
-    monkeypatch.setattr(replacements, "window_gather_indices", off_by_one)
+    monkeypatch.setattr(forms, "window_gather_indices", off_by_one)
     model = nn.Sequential(nn.Conv2d(3, 3, 1), nn.AdaptiveMaxPool2d(6))
     report = report_of(fxpool.convert(model, torch.randn(1, 3, 33, 33)))
     (undone,) = report.unconverted
@@ -192,7 +192,7 @@ def test_without_the_noise_floor_tf32_noise_would_undo_every_replacement_and_say
 
 @pytest.mark.usefixtures("windows_in_eager")
 def test_a_wrong_replacement_is_caught_even_where_the_model_is_noisy(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("fxpool.replacements.window_slice_means", wrong_slice_means)  # 33->7: two sliced axes
+    monkeypatch.setattr("fxpool.forms.window_slice_means", wrong_slice_means)  # 33->7: two sliced axes
     model, x = reduced_precision_model(), torch.randn(4, 3, 33, 33)
     report = report_of(fxpool.convert(model, x))
     (undone,) = report.unconverted

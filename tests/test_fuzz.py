@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import fxpool
-from fxpool.replacements import traced_forms
+from fxpool.sizechecks import traced_forms
 
 DEFAULT_BUDGET = 40
 SLOW_BUDGET = 2000

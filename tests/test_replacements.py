@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from fxpool import planning, steps
 from fxpool.errors import SpatialSizeError
 from fxpool.planning import choose_plan
-from fxpool.replacements import ExactAdaptivePool, traced_forms
+from fxpool.replacements import ExactAdaptivePool
+from fxpool.sizechecks import traced_forms
 
 NATIVE = {
     ("avg", 1): F.adaptive_avg_pool1d,

@@ -8,7 +8,7 @@ import torchvision
 
 import fxpool
 from fxpool import report_of
-from fxpool.replacements import traced_forms
+from fxpool.sizechecks import traced_forms
 from model_zoo_checks.census import pool_calls
 
 # (model, input shape, expected replacement kinds, the modules whose forward is intercepted): pool

@@ -19,8 +19,9 @@ import torch
 import torch.nn.functional as F
 
 import fxpool
+from fxpool.forms import window_counts, window_gather_indices, window_position_indices
 from fxpool.planning import BLOCK_MIN_LENGTH, SPATIAL_FIRST_MIN_COPIES, WINDOW_SUMS_MIN_COPIES, choose_plan, last_axis_copies
-from fxpool.replacements import ExactAdaptivePool, window_counts, window_gather_indices, window_position_indices
+from fxpool.replacements import ExactAdaptivePool
 from fxpool.steps import BlockReduceStep, SpatialLayoutStep, WindowCountStep, WindowReduceStep, WindowZeroStep
 from fxpool.windows import window_bounds
 

@@ -1,0 +1,361 @@
+"""The plain ops each step of a plan runs, and the loops that run a plan's steps.
+
+:func:`run_steps` runs ``PoolPlan.steps`` (what tracers see, and eager where no one-call form serves),
+:func:`run_onnx_steps` the plan's ``onnx_steps`` (ONNX export's own forms), each step by one function
+here: stride-1 AvgPools per window length and a gather (:func:`sliding_window_means`), one slice and
+mean per window (:func:`window_slice_means`), window sums and maxima of gathered positions
+(:func:`window_sums`, :func:`window_maxima`, :func:`window_block_maxima`), blocks
+(:func:`block_reduce`), and the constant tables they gather by (:func:`window_gather_indices` and the
+rest), built exactly from the window bounds. None multiplies an entry outside its window, so NaN and
+±inf stay in their windows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .sizechecks import exporting_for_torch_runtimes
+from .steps import (
+    WINDOW_MAXIMA_MAX_GATHERS,
+    BlockReduceStep,
+    PoolPlan,
+    PoolStep,
+    ReduceStep,
+    SlidingWindowStep,
+    SpatialLayoutStep,
+    UpsampleStep,
+    WindowCountStep,
+    WindowGatherStep,
+    WindowReduceStep,
+    WindowScaleStep,
+    WindowSlicesStep,
+    WindowZeroStep,
+)
+from .windows import window_bounds
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+AVG_POOLS = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
+MAX_POOLS = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+
+
+def keep_memory_format(source: torch.Tensor, result: torch.Tensor, spatial_dims: int) -> torch.Tensor:
+    """``result`` in the layout PyTorch's adaptive pools give for ``source``.
+
+    2d pools keep a channels-last input channels-last; 3d pools return a contiguous tensor whatever
+    the input's layout.
+    """
+    if not isinstance(source, torch.Tensor):  # a Proxy under torch.fx
+        return result
+    if spatial_dims == 3:
+        return result.contiguous()
+    channels_last = torch.channels_last
+    if spatial_dims == 2 and source.dim() == 4 and not source.is_contiguous() and source.is_contiguous(memory_format=channels_last):
+        return result.contiguous(memory_format=channels_last)
+    return result
+
+
+def sliding_window_indices(in_size: int, out_size: int, lengths: Sequence[int]) -> torch.Tensor:
+    """Where each window's mean lies in the concatenated stride-1 AvgPools of ``lengths`` (one block of
+    ``in_size - length + 1`` entries per length, shortest first): its length's block, then its start."""
+    offsets, offset = {}, 0
+    for length in lengths:
+        offsets[length] = offset
+        offset += in_size - length + 1
+    return torch.tensor([offsets[end - start] + start for start, end in window_bounds(in_size, out_size)], dtype=torch.int64)
+
+
+def window_gather_indices(in_size: int, out_size: int, span: int, zero_padded: bool = False) -> torch.Tensor:
+    """Each window's positions in order, padded to ``span``.
+
+    By repeating its last position (max): a repeat comes after the position it copies, so a max over
+    the span still finds the first (and, for NaN, the last) maximum where PyTorch does, and its
+    gradient lands on the same input. Or by ``in_size`` (``zero_padded``, average): the position of
+    the zero the replacement appends to the axis.
+    """
+    positions = []
+    for start, end in window_bounds(in_size, out_size):
+        positions += list(range(start, end)) + [in_size if zero_padded else end - 1] * (span - (end - start))
+    return torch.tensor(positions, dtype=torch.int64)
+
+
+def window_position_indices(in_size: int, out_size: int, span: int) -> list[torch.Tensor]:
+    """``span`` index vectors of ``out_size`` entries: vector ``j`` holds position ``j`` of every window,
+    a window shorter than ``span`` repeating its last position, so the elementwise maximum of the
+    gathered vectors is each window's maximum."""
+    bounds = window_bounds(in_size, out_size)
+    return [torch.tensor([min(start + j, end - 1) for start, end in bounds], dtype=torch.int64) for j in range(span)]
+
+
+def window_maxima(x: torch.Tensor, dim: int, gathers: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Each window's maximum along ``dim``: the elementwise maximum of ``x`` gathered at each index vector
+    of :func:`window_position_indices`. Exports as Gather and Max; Max propagates NaN (onnxruntime's
+    MaxPool and ReduceMax skip it)."""
+    result = torch.index_select(x, dim, gathers[0])
+    for indices in gathers[1:]:
+        result = torch.maximum(result, torch.index_select(x, dim, indices))
+    return result
+
+
+def window_block_maxima(x: torch.Tensor, dim: int, positions: torch.Tensor, out_size: int, span: int) -> torch.Tensor:
+    """Each window's maximum along ``dim`` from one gather of its ``span`` positions (a shorter window
+    repeating its last, :func:`window_gather_indices`) and one ReduceMax, with NaN where the window holds
+    one: the sum of its absolute values (Abs, ReduceSum) is NaN exactly then (``|x| >= 0``: no inf - inf),
+    and onnxruntime's ReduceMax skips NaN. For long windows, where a gather per position
+    (:func:`window_maxima`) makes thousands of ops."""
+    windows = x.index_select(dim, positions).unflatten(dim, (out_size, span))
+    flags = windows.abs().sum(dim + 1)
+    return torch.where(torch.isnan(flags), float("nan"), windows.amax(dim + 1))
+
+
+def window_sums(x: torch.Tensor, dim: int, positions: torch.Tensor, out_size: int, span: int) -> torch.Tensor:
+    """Each window's sum along ``dim``: the ``out_size * span`` window positions of
+    :func:`window_gather_indices` (zero-padded) gathered at once, split into windows and summed over the
+    span. No Add, Mul or Where, so NaN and ±inf stay in their windows.
+
+    Under torch.export (the dynamo ONNX exporter, opset 18 and up): Gather, Reshape and an Einsum that
+    sums the span axis, which static INT8 quantizers leave in float (NNCF quantizes the input of every
+    ReduceSum, onnxruntime's QDQ every Add and Concat: one more rounding of the partial sums per axis).
+    Under the TorchScript exporter (opsets from 11, before Einsum): one Gather with 2-D indices and a
+    ReduceSum."""
+    if torch.jit.is_tracing():
+        windows = x[(slice(None),) * dim + (positions.view(out_size, span),)]
+    else:
+        windows = x.index_select(dim, positions).unflatten(dim, (out_size, span))
+    return span_sum(windows, dim + 1)
+
+
+def block_reduce(x: torch.Tensor, dim: int, family: str, in_size: int, out_size: int) -> torch.Tensor:
+    """Each block's sum (avg) or maximum (max) along ``dim``, where ``out_size`` blocks of one length tile
+    it: a Reshape to ``(out_size, length)`` and one reduction over the length."""
+    # reshape, not unflatten: the TorchScript exporter computes unflatten's shape in a dozen ops
+    blocks = x.reshape(x.shape[:dim] + (out_size, in_size // out_size) + x.shape[dim + 1 :])
+    return blocks.amax(dim + 1) if family == "max" else span_sum(blocks, dim + 1)
+
+
+def span_sum(windows: torch.Tensor, dim: int) -> torch.Tensor:
+    """The sum over ``dim``: a ReduceSum under the TorchScript exporter, an Einsum under torch.export."""
+    if torch.jit.is_tracing():
+        return windows.sum(dim)
+    axes = "abcdefgh"[: windows.dim()]
+    return torch.einsum(f"{axes}->{axes[:dim]}{axes[dim + 1 :]}", windows)
+
+
+def append_zeros(x: torch.Tensor, dims: Sequence[int]) -> torch.Tensor:
+    """``x`` with one zero appended to each of ``dims``: one Pad."""
+    padded = set(dims)
+    return F.pad(x, [p for d in reversed(range(x.dim())) for p in (0, int(d in padded))])
+
+
+def concat_zero(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """``x`` with one zero appended along ``dim``: one Concat (where a Pad's pads would not fold)."""
+    return torch.cat([x, torch.zeros_like(x.narrow(dim, 0, 1))], dim)
+
+
+def window_counts(windows: Sequence[tuple[int, int] | None]) -> torch.Tensor:
+    """Every output's window size, one axis per spatial axis: the product of its window lengths along the
+    pooled axes (``(in_size, out_size)``), size 1 along the others."""
+    counts = torch.ones([1] * len(windows), dtype=torch.float64)
+    for axis, window in enumerate(windows):
+        if window is not None:
+            lengths = torch.tensor([end - start for start, end in window_bounds(*window)], dtype=torch.float64)
+            counts = counts * lengths.view([-1 if a == axis else 1 for a in range(len(windows))])
+    return counts
+
+
+def move_spatial_axes(x: torch.Tensor, dims: int, first: bool) -> torch.Tensor:
+    """The ``dims`` trailing spatial axes moved in front of the others (``first``), or the leading ones
+    moved back behind them, contiguous: one Transpose in ONNX."""
+    rank = x.dim()
+    lead = rank - dims if first else dims
+    return x.permute(list(range(lead, rank)) + list(range(lead))).contiguous()
+
+
+def window_scales(in_size: int, out_size: int, span: int) -> torch.Tensor:
+    """``span / length`` of each window, in float64: turns an AvgPool over zero-padded windows into their means."""
+    return torch.tensor([span / (end - start) for start, end in window_bounds(in_size, out_size)], dtype=torch.float64)
+
+
+def avg_pool3d_as_2d(x: torch.Tensor, kernel: tuple[int, ...], stride: tuple[int, ...]) -> torch.Tensor:
+    """A 3d average pool as two 2d ones (an average over a box is the average over D of the averages over
+    H and W): ExecuTorch's runtime has no avg_pool3d kernel (a program holding one fails to load), so
+    under torch.export fxpool emits this; ONNX has a 3d AveragePool and keeps it."""
+    *lead, depth, height, width = x.shape
+    if any(isinstance(size, int) and size == 0 for size in lead):  # nothing to pool: a 2d pool refuses 0 channels
+        return F.avg_pool3d(x, kernel, stride)
+    # 4d tensors throughout: runtimes lay a 2d pool's input out as NCHW (XNNPACK, LiteRT's NHWC transpose)
+    planes = F.avg_pool2d(x.reshape(1, -1, height, width), kernel[1:], stride[1:])  # H and W, every (lead, D) plane
+    out_h, out_w = planes.shape[-2:]
+    columns = F.avg_pool2d(planes.reshape(1, -1, depth, out_h * out_w), (kernel[0], 1), (stride[0], 1))  # D
+    return columns.reshape(*lead, columns.shape[-2], out_h, out_w)
+
+
+def _reduce(x: torch.Tensor, step: ReduceStep, dims: int) -> torch.Tensor:
+    axes = [a - dims for a in step.axes]
+    if step.family == "avg":
+        return x.mean(dim=axes, keepdim=True)
+    needs_grad = not isinstance(x, torch.Tensor) or (torch.is_grad_enabled() and x.requires_grad)  # a Proxy: keep both
+    if torch.onnx.is_in_onnx_export() or not needs_grad:
+        return torch.amax(x, dim=axes, keepdim=True)  # one ReduceMax; the values are the same
+    # max(dim) sends the gradient to the first maximum (amax splits it among ties); last axis
+    # first keeps PyTorch's row-major order.
+    for axis in reversed(axes):
+        x = torch.max(x, dim=axis, keepdim=True).values
+    return x
+
+
+def _cast_like(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    # Under torch.fx both are Proxies, so the cast is recorded rather than decided.
+    if isinstance(x, torch.fx.Proxy) or weight.dtype != x.dtype:
+        return weight.to(x.dtype)
+    return weight
+
+
+def sliding_window_means(x: torch.Tensor, step: SlidingWindowStep, dims: int, indices: torch.Tensor) -> torch.Tensor:
+    """Each window's mean along ``step.axis``: a stride-1 AvgPool per window length (each sums only the
+    entries of one window, so a NaN or an infinity stays in the windows that hold it), concatenated,
+    then the window starts gathered (:func:`sliding_window_indices`). A length of 1 is the axis itself.
+    1d and 2d pools only: planning slices the windows of 3d pools."""
+    dim = step.axis - dims
+    blocks = []
+    for length in step.lengths:
+        if length == 1:
+            blocks.append(x)
+            continue
+        kernel = [1] * dims
+        kernel[step.axis] = length
+        blocks.append(AVG_POOLS[dims](x, kernel, 1))
+    return torch.index_select(torch.cat(blocks, dim) if len(blocks) > 1 else blocks[0], dim, indices)
+
+
+def window_slice_means(x: torch.Tensor, dim: int, bounds: Sequence[tuple[int, int]]) -> torch.Tensor:
+    """Each window's mean along ``dim`` (negative): the window sliced out and averaged, the means
+    concatenated. Each mean reads only its window, so a NaN or an infinity stays in the windows that
+    hold it."""
+    return torch.cat([x.narrow(dim, start, end - start).mean(dim, keepdim=True) for start, end in bounds], dim)
+
+
+def _upsample(x: torch.Tensor, step: UpsampleStep, batched: bool) -> torch.Tensor:
+    dims = len(step.sizes)
+    if isinstance(x, torch.Tensor):  # eager: follow the input; under torch.fx, the traced layout
+        batched = x.dim() == dims + 2
+    sizes = [x.shape[axis - dims] if size is None else size for axis, size in enumerate(step.sizes)]
+    if batched:
+        return F.interpolate(x, size=sizes, mode="nearest")
+    return F.interpolate(x.unsqueeze(0), size=sizes, mode="nearest").squeeze(0)
+
+
+def plan_constants(plan: PoolPlan, dtype: torch.dtype, device: torch.device | str | None) -> dict[str, torch.Tensor]:
+    """The constant tables a plan's steps read, by the buffer name its replacement holds them under: window
+    indices (``indices_*``), scales in ``dtype`` (``weight_*``) and window sizes (``counts_onnx_*``), built
+    exactly from the window bounds, on ``device``."""
+    constants: dict[str, torch.Tensor] = {}
+    for index, step in enumerate(plan.steps):
+        if isinstance(step, WindowGatherStep):
+            constants[f"indices_{index}"] = window_gather_indices(step.in_size, step.out_size, step.span, step.zero_padded)
+        elif isinstance(step, SlidingWindowStep):
+            constants[f"indices_{index}"] = sliding_window_indices(step.in_size, step.out_size, step.lengths)
+        elif isinstance(step, WindowScaleStep):
+            constants[f"weight_{index}"] = window_scales(step.in_size, step.out_size, step.span).to(dtype)
+    for index, step in enumerate(plan.onnx_steps):
+        if isinstance(step, WindowReduceStep) and step.family == "max" and step.span > WINDOW_MAXIMA_MAX_GATHERS:
+            constants[f"indices_onnx_{index}"] = window_gather_indices(step.in_size, step.out_size, step.span)
+        elif isinstance(step, WindowReduceStep) and step.family == "max":
+            for j, indices in enumerate(window_position_indices(step.in_size, step.out_size, step.span)):
+                constants[f"indices_onnx_{index}_{j}"] = indices
+        elif isinstance(step, WindowReduceStep):
+            constants[f"indices_onnx_{index}"] = window_gather_indices(step.in_size, step.out_size, step.span, zero_padded=True)
+        elif isinstance(step, WindowCountStep):
+            constants[f"counts_onnx_{index}"] = window_counts(step.windows)
+    return {name: tensor.to(device) for name, tensor in constants.items()}
+
+
+def run_steps(module: Any, x: torch.Tensor) -> torch.Tensor:
+    """The plan's ``steps`` on ``x``, with ``module``'s constants (an :class:`~fxpool.replacements.ExactAdaptivePool`):
+    what tracers see, and eager where no one-call form serves."""
+    source = x
+    if not module.plan.steps:
+        return x
+    dims = module.plan.spatial_dims
+    # Native adaptive pools accumulate half/bfloat16 in float32 and round once; so do we.
+    # (Written without Python branches on the dtype, so torch.fx can trace through it.)
+    dtype = x.dtype
+    upcast = not isinstance(dtype, torch.dtype) or dtype in LOW_PRECISION  # a Proxy under torch.fx
+    if upcast:
+        x = x.to(torch.promote_types(dtype, torch.float32))
+    for index, step in enumerate(module.plan.steps):
+        if isinstance(step, PoolStep) and dims == 3 and step.family == "avg" and exporting_for_torch_runtimes():
+            x = avg_pool3d_as_2d(x, step.kernel, step.stride)
+        elif isinstance(step, PoolStep):
+            pool = AVG_POOLS[dims] if step.family == "avg" else MAX_POOLS[dims]
+            x = pool(x, step.kernel, step.stride)
+        elif isinstance(step, ReduceStep):
+            x = _reduce(x, step, dims)
+        elif isinstance(step, SlidingWindowStep):
+            x = sliding_window_means(x, step, dims, getattr(module, f"indices_{index}"))
+        elif isinstance(step, WindowSlicesStep):
+            x = window_slice_means(x, step.axis - dims, window_bounds(step.in_size, step.out_size))
+        elif isinstance(step, WindowGatherStep):
+            if step.zero_padded:  # one zero at the end of the axis, where the padding indices point
+                x = concat_zero(x, step.axis - dims)
+            x = torch.index_select(x, step.axis - dims, getattr(module, f"indices_{index}"))
+        elif isinstance(step, WindowScaleStep):
+            scale = _cast_like(module._weight_for(index, x), x)
+            x = x * scale.reshape((-1,) + (1,) * (dims - 1 - step.axis))
+        elif isinstance(step, UpsampleStep):
+            x = _upsample(x, step, module.batched)
+        else:
+            raise AssertionError(f"unknown step {step!r}")
+    return keep_memory_format(source, x.to(dtype) if upcast else x, dims)
+
+
+def run_onnx_steps(module: Any, x: torch.Tensor) -> torch.Tensor:
+    """The plan's ``onnx_steps``: window maxima or window sums by gathers, or block sums or maxima by a
+    Reshape, then any upsampling.
+
+    Values only (ONNX graphs are for inference). A maximum rounds nothing; window sums of float16
+    and bfloat16 inputs are taken in float32, as PyTorch's average pools accumulate them.
+    """
+    source, dims, dtype = x, module.plan.spatial_dims, x.dtype
+    upcast = module.plan.family == "avg" and dtype in LOW_PRECISION
+    if upcast:
+        x = x.float()
+    spatial_first = False
+    # The TorchScript exporter's Pad computes its pads in a dozen int64 ops (and warns that it cannot
+    # fold them); under it each axis gets its zero by a Concat just before its gather instead.
+    zero_by_concat: set[int] = set()
+    for index, step in enumerate(module.plan.onnx_steps):
+        first_spatial = 0 if spatial_first else x.dim() - dims  # where the spatial axes lie now
+        if isinstance(step, WindowReduceStep) and step.family == "max" and step.span > WINDOW_MAXIMA_MAX_GATHERS:
+            indices = getattr(module, f"indices_onnx_{index}")
+            x = window_block_maxima(x, first_spatial + step.axis, indices, step.out_size, step.span)
+        elif isinstance(step, WindowReduceStep) and step.family == "max":
+            gathers = [getattr(module, f"indices_onnx_{index}_{j}") for j in range(step.span)]
+            x = window_maxima(x, first_spatial + step.axis, gathers)
+        elif isinstance(step, WindowReduceStep):
+            dim = first_spatial + step.axis
+            if step.axis in zero_by_concat:
+                x = concat_zero(x, dim)
+            x = window_sums(x, dim, getattr(module, f"indices_onnx_{index}"), step.out_size, step.span)
+        elif isinstance(step, BlockReduceStep):
+            x = block_reduce(x, first_spatial + step.axis, step.family, step.in_size, step.out_size)
+        elif isinstance(step, WindowZeroStep) and torch.jit.is_tracing():
+            zero_by_concat = set(step.axes)
+        elif isinstance(step, WindowZeroStep):
+            x = append_zeros(x, [first_spatial + axis for axis in step.axes])
+        elif isinstance(step, WindowCountStep):
+            counts = getattr(module, f"counts_onnx_{index}").to(x.dtype)
+            shape = [1] * x.dim()
+            shape[first_spatial : first_spatial + dims] = counts.shape
+            x = x / counts.view(shape)
+        elif isinstance(step, SpatialLayoutStep):
+            x = move_spatial_axes(x, dims, step.spatial_first)
+            spatial_first = step.spatial_first
+        elif isinstance(step, UpsampleStep):
+            x = _upsample(x, step, module.batched)
+        else:
+            raise AssertionError(f"no ONNX form for step {step!r}")
+    return keep_memory_format(source, x.to(dtype) if upcast else x, dims)

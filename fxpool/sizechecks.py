@@ -1,0 +1,245 @@
+"""Where a replacement runs, and the size checks it makes there.
+
+A replacement specialised to the example's spatial size checks its input on every call
+(:func:`check_input`): in eager, and while an exporter traces. Under ``torch.jit.trace`` a TorchScript
+size check stays in the graph (:func:`traced_size_check`); under the TorchScript ONNX exporter a
+Reshape on the data path guards the size and a symbolic refuses dynamic spatial axes
+(:func:`onnx_size_guard`), and an empty input is refused before the exporter's Reshape symbolic would
+crash the process (:func:`refuse_empty_torchscript_export`). :func:`plain_eager` and :func:`exporting`
+say what is running; :func:`traced_forms` makes eager run what tracers see.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from .errors import PoolCallError, SpatialSizeError
+
+
+@torch.fx.wrap
+def check_input(x: torch.Tensor, expected: tuple[int | None, ...], location: str) -> torch.Tensor:
+    """Return ``x`` if it is floating and its trailing spatial sizes match ``expected`` (``None``: any).
+
+    Runs under ``torch.jit.trace`` and ``torch.export`` too, where sizes are static: a graph traced
+    at another size than the conversion's would compute wrong values. A spatial size left symbolic
+    by ``torch.export`` (a dynamic axis) cannot be checked and is refused.
+    """
+    # Eager, the common case; and torch.compile, whose guards on the sizes compared hold at run time. Not
+    # torch.export's strict (dynamo) tracing: there such a guard becomes a runtime assertion ONNX drops.
+    if type(x) is torch.Tensor and not torch.jit.is_tracing() and not torch.compiler.is_exporting() and x.is_floating_point():
+        spatial_sizes = x.shape[-len(expected) :]
+        if (
+            len(spatial_sizes) == len(expected)
+            and 0 not in spatial_sizes
+            and all(e is None or e == s for e, s in zip(expected, spatial_sizes))
+        ):
+            return x
+    if isinstance(x, torch.Tensor) and not x.is_floating_point():
+        raise PoolCallError(
+            f"{pool_at(location)}: input has dtype {x.dtype}; adaptive pooling needs a real floating tensor, as the "
+            f"original pool does. Cast the input to a floating type."
+        )
+    shape = tuple(_static_size(s) for s in x.shape)
+    spatial = shape[len(shape) - len(expected) :]
+    if any(_known(s == 0) for s in spatial):
+        raise PoolCallError(
+            f"{pool_at(location)}: input of shape {shape} has an empty spatial axis; adaptive pooling needs non-zero "
+            f"spatial sizes, as the original pool does."
+        )
+    if not any(e is not None for e in expected):
+        return x
+    seen = spatial
+    traced = tuple("*" if e is None else e for e in expected)
+    if any(e is not None and not (_known(s == e) or _known(s != e)) for e, s in zip(expected, seen)):
+        raise SpatialSizeError(
+            f"{pool_at(location)}: this replacement was specialised for spatial size {traced}, but it is being "
+            f"exported with a dynamic spatial size ({shape}); the graph would be wrong at "
+            f"other sizes. Keep spatial axes static, or convert with dynamic=True "
+            f"(fxpool.convert(model, example, dynamic=True), fxpool.export(..., dynamic=True), "
+            f"fxpool.onnx_export_hook(dynamic=True)) for one graph exact at every size."
+        )
+    if len(shape) < len(expected) or any(e is not None and not _known(s == e) for e, s in zip(expected, seen)):
+        raise SpatialSizeError(
+            f"{pool_at(location)}: this replacement was specialised for spatial size {traced} but got input of "
+            f"shape {shape} (spatial {seen}). Convert again with an example input of this "
+            f"size (fxpool.convert(model, example)), or convert with dynamic=True for one model "
+            f"that serves every size."
+        )
+    return x
+
+
+def _known(condition: Any) -> bool:
+    """``condition`` (about sizes) holds whatever a symbolic size turns out to be, without adding a guard.
+
+    Under ``torch.export`` a comparison of a symbolic size becomes a guard (a constraint on the dynamic
+    dimension, or a runtime assertion that ONNX export drops); ``statically_known_true`` decides it from
+    what is known alone, in strict (dynamo) and non-strict tracing both (dynamo even reports a SymInt as
+    an int). Elsewhere sizes are ints, or torch.compile's SymInts, whose guards hold at run time.
+    """
+    if not torch.compiler.is_exporting():
+        return bool(condition)
+    # Only tracers that make symbolic sizes reach here, and they have imported it (sympy; 0.5 s otherwise).
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return bool(statically_known_true(condition))
+
+
+def pool_at(location: str) -> str:
+    """The pool as a user finds it: ``location`` is its module path (``features.3``, ``1``) or ``scope:node``."""
+    return f"the adaptive pool at {location!r} of the converted model"
+
+
+def _static_size(size: object) -> Any:
+    """A size as a Python int where one is known; torch.jit.trace hands sizes out as 0-d tensors."""
+    if isinstance(size, torch.Tensor):
+        with warnings.catch_warnings():  # the int only feeds this check, never the traced graph
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            return int(size)
+    return size
+
+
+_SCRIPTED_CHECK: list[Any] = []
+
+
+def traced_size_check(x: torch.Tensor, expected: tuple[int | None, ...], location: str) -> torch.Tensor:
+    """``x``, through a TorchScript function that ``torch.jit.trace`` keeps in its graph: the traced
+    module raises at a spatial size other than the one it was converted for, instead of returning wrong
+    values (the trace would otherwise bake the traced sizes' windows in)."""
+    if not _SCRIPTED_CHECK:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch.jit.script's deprecation: this is its one use
+            _SCRIPTED_CHECK.append(torch.jit.script(_check_sizes_scripted))
+    return _SCRIPTED_CHECK[0](x, [-1 if e is None else e for e in expected], location)
+
+
+def _check_sizes_scripted(x: torch.Tensor, expected: list[int], location: str) -> torch.Tensor:
+    spatial = x.shape[x.dim() - len(expected) :]
+    for axis in range(len(expected)):
+        if expected[axis] >= 0 and spatial[axis] != expected[axis]:
+            traced = [("*" if e < 0 else str(e)) for e in expected]
+            raise ValueError(
+                "fxpool: the adaptive pool at '"
+                + location
+                + "' of the converted model was traced for spatial size ("
+                + ", ".join(traced)
+                + ") but got input of shape "
+                + str(list(x.shape))
+                + ". Trace or export at this "
+                "size, or convert with dynamic=True for one graph exact at every size."
+            )
+    return x
+
+
+def refuse_empty_torchscript_export(x: torch.Tensor, location: str) -> None:
+    """Raise `PoolCallError` for an empty input under the TorchScript ONNX exporter, whose Reshape symbolic
+    divides by the element count and kills the process (the stock export of a native pool refuses it too)."""
+    shape = tuple(_static_size(s) for s in x.shape)
+    if 0 in shape:
+        raise PoolCallError(
+            f"{pool_at(location)}: the TorchScript ONNX exporter cannot take an input of shape {shape} (an empty "
+            f"axis: its Reshape shape inference divides by zero and crashes the process). Export with a batch of 1 "
+            f"and a dynamic batch axis (dynamic_axes={{'input': {{0: 'batch'}}}}): the graph runs empty batches too; "
+            f"or use the dynamo exporter (dynamo=True), which takes it."
+        )
+
+
+def onnx_size_guard(x: torch.Tensor, expected: tuple[int | None, ...], location: str = "adaptive pool") -> torch.Tensor:
+    """``x``, checked at export and guarded in the graph, for the TorchScript ONNX exporter.
+
+    At export, :class:`_SpatialSizeCheck`'s translation refuses a pool input whose guarded spatial size
+    ONNX's shape inference finds dynamic (the caller's ``dynamic_axes``, with or without fxpool's hook):
+    :class:`~fxpool.errors.SpatialSizeError`, naming ``dynamic=True``. In the graph, ``x`` reshaped to its
+    own shape with the guarded spatial axes as constants: a Reshape that fails, naming both shapes, at an
+    input whose element count differs from the one the graph was exported for (where the export could
+    not tell, its input's spatial axes static and the pool's input of unknown size).
+
+    The Reshape rides on the data path, where no runtime optimizer can drop it (onnxruntime folds away
+    a check on the side, as a Reshape of a constant to the input's length). With static input axes the
+    runtime checks the input's declared shape itself.
+    """
+    x = _SpatialSizeCheck.apply(x, expected, location)
+    dims = len(expected)
+    sizes = [x.shape[axis - dims] if size is None else size for axis, size in enumerate(expected)]
+    return x.reshape(tuple(x.shape[: x.dim() - dims]) + tuple(sizes))
+
+
+class _SpatialSizeCheck(torch.autograd.Function):
+    """The identity while the TorchScript exporter traces; its ONNX translation (``symbolic``) refuses a
+    pool input whose guarded spatial sizes shape inference finds dynamic, and emits nothing."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, expected: tuple[int | None, ...], location: str) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def symbolic(g: Any, x: Any, expected: tuple[int | None, ...], location: str) -> Any:
+        from torch.onnx import symbolic_helper
+
+        sizes = symbolic_helper._get_tensor_sizes(x)
+        if sizes is None or len(sizes) < len(expected):
+            return x  # nothing known here: the Reshape after it guards at run time
+        spatial = sizes[len(sizes) - len(expected) :]
+        unknown = [axis for axis, (e, s) in enumerate(zip(expected, spatial)) if e is not None and s is None]
+        # A size shape inference lost (through an op it cannot follow) is no dynamic axis: refuse only where
+        # the graph's inputs have a dynamic axis other than the batch.
+        inputs = [symbolic_helper._get_tensor_sizes(value) for value in g.graph.inputs()]
+        freed = any(None in (shape or [])[1:] for shape in inputs)
+        if unknown and freed:
+            traced = tuple("*" if e is None else e for e in expected)
+            shape = tuple("?" if s is None else s for s in sizes)
+            raise SpatialSizeError(
+                f"{pool_at(location)}: this replacement was specialised for spatial size {traced}, but the ONNX export "
+                f"makes its input's spatial size dynamic ({shape}: dynamic_axes); the graph would be wrong at other "
+                f"sizes. Keep spatial axes static, or convert with dynamic=True (fxpool.convert(model, example, "
+                f"dynamic=True), fxpool.export(..., dynamic=True), fxpool.onnx_export_hook(dynamic=True)) for one "
+                f"graph exact at every size."
+            )
+        return x
+
+
+_TRACED_FORMS = threading.local()
+
+
+@contextmanager
+def traced_forms() -> Iterator[None]:
+    """Within the block (this thread), replacements run in eager what tracers see: the plan's steps
+    in order, the gather form for general max windows instead of PyTorch's kernel. For a census of
+    the ops a converted model runs (the zoo's), or to time the exported form in eager."""
+    saved = getattr(_TRACED_FORMS, "on", False)
+    _TRACED_FORMS.on = True
+    try:
+        yield
+    finally:
+        _TRACED_FORMS.on = saved
+
+
+def exporting_for_torch_runtimes() -> bool:
+    """torch.export for a PyTorch runtime (ExecuTorch, AOTInductor), not on its way to ONNX."""
+    return torch.compiler.is_exporting() and not torch.onnx.is_in_onnx_export()
+
+
+def plain_eager() -> bool:
+    """Nothing traces, compiles or exports, and no traced_forms block is open: :func:`exporting`'s
+    negation, cheapest question first."""
+    return (
+        torch._C._get_tracing_state() is None
+        and not getattr(_TRACED_FORMS, "on", False)
+        and not torch.compiler.is_compiling()
+        and not torch.onnx.is_in_onnx_export()
+    )
+
+
+def exporting() -> bool:
+    """An exporter or compiler is tracing: it gets the plan's steps in their order, no eager shortcut."""
+    return (
+        getattr(_TRACED_FORMS, "on", False)
+        or torch.onnx.is_in_onnx_export()
+        or torch.jit.is_tracing()
+        or torch.compiler.is_compiling()
+    )
