@@ -1,21 +1,22 @@
 """The modules that stand in for adaptive pools: exact, shape-specialised, export-friendly.
 
-:class:`ExactAdaptivePool` runs the steps of a :class:`~fxpool.steps.PoolPlan` with plain ops
+:class:`ExactAdaptivePool` runs the steps of a :class:`~fxpool.steps.PoolPlan` with the plain ops of
+:mod:`fxpool.forms`
 (``avg_pool``/``max_pool``, ``mean``/``max``, ``narrow`` and ``cat``, constant ``index_select``, nearest
 ``interpolate``), none of which multiplies an entry outside its window (so NaN and ±inf stay in their
 windows): exporters (``torch.onnx``, ``torch.export`` and what builds on it: ExecuTorch,
 AOTInductor), ``torch.jit.trace`` and ``torch.fx`` see the steps in the plan's order. ``torch.compile``
 is not an exporter: it gets PyTorch's own adaptive pool, which inductor lowers exactly and faster.
 Eager runs one-step plans in one call and uneven windows of both families by PyTorch's own kernel
-(``runs_native_in_eager``: exact by definition, native speed); :func:`traced_forms` makes eager run
-what tracers see. Window indices and scales are non-persistent buffers: they follow ``.to(device)``,
+(``runs_native_in_eager``: exact by definition, native speed); :func:`~fxpool.sizechecks.traced_forms`
+makes eager run what tracers see. Window indices and scales are non-persistent buffers: they follow ``.to(device)``,
 are left out of ``state_dict`` (so the converted model loads the original's weights), and are rebuilt
 exactly after a dtype change, so ``.double()`` stays exact to float64.
 
 A replacement whose plan depends on the traced spatial size checks it on every call, in eager and
-while an exporter traces, and raises :class:`~fxpool.errors.SpatialSizeError` otherwise; every
-replacement refuses integer input, as the native pools do. The check is an fx leaf function, so
-converted models can be traced again.
+while an exporter traces (:mod:`fxpool.sizechecks`), and raises
+:class:`~fxpool.errors.SpatialSizeError` otherwise; every replacement refuses integer input, as the
+native pools do. The check is an fx leaf function, so converted models can be traced again.
 """
 
 from __future__ import annotations
