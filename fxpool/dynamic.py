@@ -172,7 +172,7 @@ def slice_reduce(y: torch.Tensor, dim: int, out_size: int, family: str, flag_nan
 
 def runs_natively(x: torch.Tensor) -> bool:
     """Eager and torch.compile run PyTorch's own kernel (exact, native speed by definition); exporters,
-    ``torch.jit.trace``, ``torch.fx`` and :func:`~fxpool.replacements.traced_forms` get the graph form."""
+    ``torch.jit.trace``, ``torch.fx`` and :func:`~fxpool.sizechecks.traced_forms` get the graph form."""
     if not isinstance(x, torch.Tensor):
         return False
     return plain_eager() or (torch.compiler.is_compiling() and not torch.compiler.is_exporting())

@@ -5,7 +5,7 @@ convolutions, activations, adaptive pools of both families as modules or as func
 forward of their own, down-sampling, up-sampling, ``None`` entries, several pools in a row, a branch
 that pools and is added back. The converted model must equal the original on the example and on
 an input holding NaN and ±inf (positions compared: :func:`assert_same_positions`), in eager, in the
-form tracers see (:func:`fxpool.replacements.traced_forms`) and as a ``torch.export`` program; every
+form tracers see (:func:`fxpool.sizechecks.traced_forms`) and as a ``torch.export`` program; every
 fifth network also through the TorchScript ONNX exporter and onnxruntime, on another finite input
 (onnxruntime's own convolutions and MaxPool treat NaN and ±inf in their own ways). Anything else is a
 silent difference and fails.
