@@ -315,7 +315,7 @@ def onnx_window_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple
     a Div per axis), faster on most cases and quantized as if the pool stayed in float: onnxruntime's
     static QDQ requantizes every Add, Where and Concat inside a pool and NNCF the input of every Add,
     ReduceSum and ReduceMean, while an Einsum (the sum over the span under torch.export) is left alone
-    by both (the benchmark's quantization section; :func:`fxpool.replacements.window_sums`).
+    by both (the benchmark's quantization section; :func:`fxpool.forms.window_sums`).
 
     Only forward values: ONNX graphs are for inference; ``torch.export`` keeps ``steps``, whose max
     gradient goes to the first maximum in row-major order as PyTorch's does.
