@@ -242,6 +242,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "export":
         check_output_path(args.output)  # before the model is built: a bad path costs nothing
     loaded = load_model(args.model, weights=args.weights, pretrained=args.pretrained, trust_file=args.trust_model_file)
+    if "transformers" in sys.modules:  # its notices while the model runs are not the user's (the CLI owns the process)
+        sys.modules["transformers"].logging.set_verbosity_error()
     model = loaded.model
     program = isinstance(model, torch.export.ExportedProgram)
     if program:
@@ -254,7 +256,7 @@ def _run(args: argparse.Namespace) -> int:
         assert isinstance(model, torch.nn.Module)
         model = model.to(device=device, dtype=dtype)
         example = torch.randn(args.input_shape, device=device, dtype=dtype)
-    heading = f"model: {args.model} (weights: {loaded.weights})"
+    heading = _wrapped(f"model: {args.model} (weights: {loaded.weights})")
 
     if args.command != "export":
         report = explain(model, example, dynamic=args.dynamic_hw)
@@ -306,11 +308,17 @@ def _run(args: argparse.Namespace) -> int:
         )
     else:
         wrote = "".join(f"\nwrote {written}" for written in result.files)
-        print(
-            f"{heading}\n{result.report}{wrote}\nops: {result.op_histogram}\nonnxruntime max abs error: {result.max_abs_error}"
-            + (f" ({result.verified})" if result.verified else "")
-        )
+        ops = ", ".join(f"{op} {count}" for op, count in result.op_histogram.items())
+        checked = f"onnxruntime max abs error: {result.max_abs_error}" + (f" ({result.verified})" if result.verified else "")
+        print(f"{heading}\n{result.report}{wrote}\n{_wrapped('ops: ' + ops)}\n{_wrapped(checked)}")
     return EXIT_OK
+
+
+def _wrapped(text: str) -> str:
+    """``text`` within the report's 100 columns, continued lines indented."""
+    import textwrap
+
+    return textwrap.fill(text, width=100, subsequent_indent="  ", break_on_hyphens=False)
 
 
 def _strict_refusal(report: Any, strict: bool) -> Exception | None:

@@ -167,6 +167,17 @@ def _hugging_face(spec: str, name: str, pretrained: bool) -> LoadedModel:
     require("transformers", f"model spec {spec!r}")
     import transformers
 
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()  # its notices on building from a config are not the user's
+    try:
+        return _build_hugging_face(spec, name, pretrained)
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+
+
+def _build_hugging_face(spec: str, name: str, pretrained: bool) -> LoadedModel:
+    import transformers
+
     try:
         config = transformers.AutoConfig.from_pretrained(name, local_files_only=True, trust_remote_code=False)
     except Exception as error:  # transformers raises OSError, ValueError, KeyError for a missing or foreign config

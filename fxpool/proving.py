@@ -39,8 +39,8 @@ from .globalstate import export_flag
 from .report import ConversionReport, PoolRecord
 from .sizechecks import traced_forms
 
-JIT_TRACER = "torch.jit.trace, as the TorchScript ONNX exporter traces"
-DISPATCH_TRACER = "an ATen dispatch run, as torch.export records"
+JIT_TRACER = "torch.jit.trace (tracing as the TorchScript ONNX exporter does)"
+DISPATCH_TRACER = "an ATen dispatch run (the operators torch.export records)"
 # The ATen names of the adaptive pools, as TorchScript graphs spell their node kinds.
 _JIT_KINDS = {f"aten::{str(op).split('.')[1]}": form for op, form in ATEN_FORMS.items()}
 

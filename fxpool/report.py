@@ -150,7 +150,7 @@ class ConversionReport:
                     else ""
                 )
             )
-        proof = f" (what {self.proved_by} sees)" if self.proved_by and self.records else ""
+        proof = f"; checked by {self.proved_by}" if self.proved_by and self.records else ""
         return (
             f"{len(self.records)} adaptive pool(s): {len(self.converted)} converted, "
             f"{len(self.unconverted)} left to PyTorch{at_export}; {reached}{alone}{proof}"

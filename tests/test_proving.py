@@ -49,7 +49,7 @@ def test_a_converted_model_is_proven_by_the_torchscript_tracer() -> None:
     x = torch.randn(2, 3, 13, 11)
     report = fxpool.report_of(fxpool.convert(nn.Sequential(nn.Conv2d(3, 4, 1), nn.AdaptiveMaxPool2d((5, 3))), x))
     assert report.proved_by == JIT_TRACER and report.stands_alone and len(report.records) == 1
-    assert "what torch.jit.trace" in report.summary()
+    assert "checked by torch.jit.trace" in report.summary()
 
 
 def test_a_pool_the_conversion_never_saw_is_found_and_fails_strict() -> None:
