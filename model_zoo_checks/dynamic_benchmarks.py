@@ -32,7 +32,7 @@ THREADS = (1, 2)
 SCALES = (1.3, 0.7)  # the two sizes beside the example's, per spatial axis
 
 
-class _PeakBytes(TorchDispatchMode):
+class PeakBytes(TorchDispatchMode):
     """The most bytes of tensors made inside the block alive at once (weak references free them)."""
 
     def __init__(self) -> None:
@@ -92,7 +92,7 @@ def peak_memory(module: nn.Module, x: torch.Tensor) -> dict[str, float]:
     """The graph form's peak in eager (:meth:`~fxpool.dynamic.DynamicAdaptiveAvgPool.traced_form`: the window
     gathers every torch.export-based exporter gets; the TorchScript graph's slices hold less): the input,
     plus the most bytes its tensors hold at once, against input plus output."""
-    with torch.no_grad(), _PeakBytes() as meter:
+    with torch.no_grad(), PeakBytes() as meter:
         out = module.traced_form(x)
     size_in, size_out = x.untyped_storage().nbytes(), out.untyped_storage().nbytes()
     peak = size_in + meter.peak

@@ -11,17 +11,16 @@ from __future__ import annotations
 import itertools
 import time
 import warnings
-import weakref
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import fxpool
 from fxpool.dynamic import DynamicAdaptiveAvgPool, DynamicAdaptiveMaxPool
 from fxpool.planning import choose_dynamic_form, longest_window_bound, window_length_range
 from fxpool.windows import window_bounds
+from model_zoo_checks.dynamic_benchmarks import PeakBytes  # the benchmark's meter: the test holds the same bound
 
 AVG = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}
 MAX = {1: F.adaptive_max_pool1d, 2: F.adaptive_max_pool2d, 3: F.adaptive_max_pool3d}
@@ -182,27 +181,6 @@ def test_torch_export_takes_named_dims_with_bounds(family: str, strict: bool) ->
         torch.testing.assert_close(program.module()(y), native(family, y, (5, 7)), rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
-class _PeakBytes(TorchDispatchMode):
-    """The most bytes of tensors made inside the block alive at once (weak references free them)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.live = self.peak = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for tensor in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(tensor, torch.Tensor) and tensor.untyped_storage().nbytes():
-                size = tensor.untyped_storage().nbytes()
-                self.live += size
-                self.peak = max(self.peak, self.live)
-                weakref.finalize(tensor, self._free, size)
-        return out
-
-    def _free(self, size: int) -> None:
-        self.live -= size
-
-
 @pytest.mark.parametrize("family", ["avg", "max"])
 def test_a_million_long_axis_costs_memory_linear_in_it(family: str) -> None:
     """The (o x L) masks of the earlier form made 997 x 10**6 booleans here (125x the input); the window
@@ -210,7 +188,7 @@ def test_a_million_long_axis_costs_memory_linear_in_it(family: str) -> None:
     only two rows of it, int64 window positions as large as the input itself."""
     x = torch.randn(1, 2, 1_000_000)
     module = MODULES[family]((997,))
-    with torch.no_grad(), _PeakBytes() as meter:
+    with torch.no_grad(), PeakBytes() as meter:
         pooled = module.traced_form(x)
     torch.testing.assert_close(pooled, native(family, x, (997,)), rtol=1e-5, atol=1e-6)
     assert meter.peak <= 8 * x.untyped_storage().nbytes(), meter.peak / x.untyped_storage().nbytes()
