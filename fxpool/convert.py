@@ -20,18 +20,20 @@ Every decision becomes a :class:`~fxpool.report.PoolRecord`; the check is in the
 
 from __future__ import annotations
 
+import copy
+import functools
 import logging
 import sys
 import warnings
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, overload
 
 import torch
 from torch import nn
 from torch.export import ExportedProgram
 
-from .building import build
+from .building import Built, build
 from .checking import Noise, SelfCheck, rounding_noise, self_check
 from .copying import structural_copy
 from .deciding import SiteDecision, decide
@@ -39,7 +41,17 @@ from .errors import SelfCheckError, UnconvertedPoolError, UnconvertedPoolWarning
 from .example import Example, read_example
 from .finding import FoundPools, find_pools
 from .globalstate import LOCK
-from .programs import convert_aten_graph, convert_program, has_aten_pools
+from .programs import (
+    GRAPH_SCOPE,
+    PROGRAM_SCOPE,
+    find_graph_pools,
+    graph_copy,
+    has_aten_pools,
+    program_example,
+    program_pools,
+    put_in_graph,
+    reexport,
+)
 from .proving import proven, traced_pools
 from .recording import Recording, record_pool_calls
 from .report import REPORT_ATTRIBUTE, ConversionReport, attach_report, report_of
@@ -190,17 +202,41 @@ def _convert_program(model: Any, example_input: Any, example_kwargs: Mapping[str
     example = None if example_input is None else read_example(example_input, example_kwargs)
     converted: Any
     if isinstance(model, ExportedProgram):
-        converted, report = convert_program(model, example, dynamic=dynamic)
+        converted, report = _convert_exported(model, example or program_example(model), dynamic)
     elif example is None:
         raise TypeError("fxpool.convert(graph_module, example_input): a GraphModule needs its example input")
     else:
-        converted, report = convert_aten_graph(model, example, dynamic=dynamic)
+        converted, report = _convert(model, example, dynamic, _graphs(GRAPH_SCOPE))
     if strict:
         enforce_strict(report, for_export=False)
     else:
         warn_left(report, for_export=False, stacklevel=4)  # the caller of convert, through this function
     attach_report(converted, report)
     return converted
+
+
+def _convert_exported(program: ExportedProgram, example: Example, dynamic: bool) -> tuple[ExportedProgram, ConversionReport]:
+    """The pipeline over ``program.module()``, then the rewritten module exported again as a program, which is
+    run against the original and read by the finder for the proof."""
+    with LOCK:
+        converted, report, reference = _pipeline(program.module(), example, dynamic, _graphs(PROGRAM_SCOPE))
+        if not any(r.converted and r.form == "aten" for r in report.records):  # nothing replaced
+            result, traced = copy.copy(program), program_pools(program, shapes=False)
+        else:
+            result = reexport(program, converted, example)
+            check = self_check(result.module(), example, reference)
+            if check.status != "passed":
+                raise SelfCheckError(
+                    f"fxpool: the converted program differs from the original on the example {example.describe()} "
+                    f"({check.mismatch}), although the rewritten graph matched it; please report it with the program"
+                )
+            traced = program_pools(result, shapes=True)
+            assert report.check is not None
+            compared = f"{report.check.compared}, and the re-exported program on the example {example.describe()}"
+            report = replace(report, check=replace(report.check, compared=compared))
+    report = proven(report, traced)
+    _log_decisions(report)
+    return result, report
 
 
 def explain(
@@ -230,7 +266,26 @@ class _Round:
         return ConversionReport(records, self.found.intercepted, check=self.check)
 
 
-def _convert(model: nn.Module, example: Example, dynamic: bool) -> tuple[nn.Module, ConversionReport]:
+@dataclass(frozen=True)
+class FrontEnd:
+    """What the pipeline needs to know of one kind of model: a fresh copy of it, its pool sites in that copy
+    (from the recording), and how to put the replacements in place there."""
+
+    fresh_copy: Callable[[nn.Module], nn.Module]
+    find: Callable[[nn.Module, Recording], FoundPools]
+    put_in_place: Callable[[nn.Module, FoundPools, tuple[SiteDecision, ...], torch.device], Built]
+
+
+MODULES = FrontEnd(structural_copy, find_pools, build)
+
+
+def _graphs(scope: str) -> FrontEnd:
+    """The front end of ATen-level graphs (fxpool.programs): their pool nodes, rewritten in a graph copy."""
+    return FrontEnd(graph_copy, functools.partial(find_graph_pools, scope=scope), put_in_graph)
+
+
+def _convert(model: nn.Module, example: Example, dynamic: bool, front: FrontEnd = MODULES) -> tuple[nn.Module, ConversionReport]:
+    """The pipeline, then the proof: what a tracer sees of the result."""
     if isinstance(model, torch.jit.ScriptModule):
         raise UnsupportedModelError(
             f"fxpool.convert got a TorchScript module ({type(model).__name__}); TorchScript code cannot be "
@@ -245,6 +300,17 @@ def _convert(model: nn.Module, example: Example, dynamic: bool) -> tuple[nn.Modu
             f"compiled code cannot be run op by op to find its pools. Convert the module it wraps, then compile the "
             f"result with your settings: torch.compile(fxpool.convert(model._orig_mod, example), ...)"
         )
+    with LOCK:
+        converted, report, _ = _pipeline(model, example, dynamic, front)
+        if not example.on_meta:  # the claims, from what a tracer sees of the result
+            report = proven(report, traced_pools(converted, example))
+    _log_decisions(report)
+    return converted, report
+
+
+def _pipeline(model: nn.Module, example: Example, dynamic: bool, front: FrontEnd) -> tuple[nn.Module, ConversionReport, Any]:
+    """Record, then find, decide, build and check on fresh copies until the check passes or nothing is left to
+    undo; the converted model, its report and the original's output on the example."""
     # The example runs fork the global random generators: one lock.
     with LOCK:
         recording = record_pool_calls(model, example)
@@ -254,10 +320,10 @@ def _convert(model: nn.Module, example: Example, dynamic: bool) -> tuple[nn.Modu
         noise: Noise | None = None  # the original's own, measured once, at the first whole-model mismatch
         for _ in range(MAX_CHECK_ROUNDS):
             applied = tuple(undo.actions)
-            copy = structural_copy(model)
-            found = find_pools(copy, recording)
+            work = front.fresh_copy(model)
+            found = front.find(work, recording)
             decisions = tuple(decide(site, dynamic=dynamic, undone=undo.replacements.get(site.location)) for site in found.sites)
-            built = build(copy, found, decisions, fallback_device)
+            built = front.put_in_place(work, found, decisions, fallback_device)
             again = any(site.already is not None for site in found.sites)
             check = _check(built.root, example, recording) if built.changed else _unchanged_check(bool(applied), again)
             unrun = _unrun(decisions, check) if built.changed and check.status == "passed" else ()
@@ -278,11 +344,7 @@ def _convert(model: nn.Module, example: Example, dynamic: bool) -> tuple[nn.Modu
                     break
             if not undo.learn(result.check, result):
                 break  # nothing left to undo: the last conversion stands, its check says failed
-        report = result.report()
-        if not example.on_meta:  # the claims, from what a tracer sees of the result
-            report = proven(report, traced_pools(result.converted, example))
-    _log_decisions(report)
-    return result.converted, report
+    return result.converted, result.report(), recording.output
 
 
 def _is_compiled(model: nn.Module) -> bool:

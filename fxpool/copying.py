@@ -71,7 +71,11 @@ def shallow_module_copy(module: nn.Module) -> nn.Module:
     """
     cls = type(module)
     if getattr(cls, "__copy__", None) is not None:
+        graph = getattr(module, "graph", None)
+        owner = getattr(graph, "owning_module", None)
         new = copy.copy(module)
+        if graph is not None and owner is not None:  # a GraphModule's copy claims the graph it shares
+            graph.owning_module = owner
     else:
         new = cls.__new__(cls)
     new.__dict__.update(module.__dict__)

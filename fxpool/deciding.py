@@ -11,7 +11,7 @@ Nothing here builds or changes a module.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .calls import PoolCall, normalize_output_size
 from .finding import PoolSite
@@ -66,7 +66,9 @@ def decide(site: PoolSite, *, dynamic: bool, undone: str | None = None) -> SiteD
     elif undone:
         decision = PoolDecision("left", undone)
     else:
-        decision = decide_pool(sighting(site.call, site.events, site.location), dynamic)
+        decision = decide_pool(sighting(site.call, site.events, site.location), dynamic or site.symbolic)
+        if site.symbolic and not dynamic:
+            decision = replace(decision, reason=decision.reason.replace("dynamic=True", "a size the graph leaves symbolic", 1))
     return SiteDecision(site, decision, _record(site, decision))
 
 
@@ -117,7 +119,8 @@ def _record(site: PoolSite, decision: PoolDecision) -> PoolRecord:
         reason=decision.reason,
         size_agnostic=decision.action == "dynamic" or (plan is not None and converted and plan.size_agnostic),
         source=None if event is None else event.source,
-        export_translated=not converted and call.family == "avg" and not (event is not None and event.quantized),
+        # an ATen node left in a graph is no call the export's translations of native pools meet
+        export_translated=not converted and call.family == "avg" and call.form != "aten" and not (event and event.quantized),
         family=call.family,
         kind=kind,
         export_branch=site.export_branch,

@@ -50,6 +50,8 @@ class PoolSite:
     already: str | None = None  # one of fxpool's replacements: what it computes
     export_branch: bool = False  # a pool only the export branch runs
     calls: int | None = None  # how often the example run called it here (default: one per event)
+    node: str | None = None  # an ATen node of a graph (fxpool.programs), by name
+    symbolic: bool = False  # the graph leaves a spatial size of its input symbolic: the dynamic-size form
 
     @property
     def call_count(self) -> int:

@@ -1,42 +1,33 @@
-"""torch.export programs: every ATen-level adaptive pool replaced by fxpool's exact forms.
+"""torch.export programs and ATen-level graphs: the pipeline's second front end.
 
-``fxpool.convert(exported_program)`` comes here (:func:`convert_program`), and so does
-``fxpool.convert(graph_module, x)`` for a ``GraphModule`` whose graph calls the ATen pool operators
-(:func:`has_aten_pools`; ``ExportedProgram.module()`` gives one) (:func:`convert_aten_graph`). The
-pass, on a copy of the graph (the caller's program or module is never changed):
+``fxpool.convert(exported_program)`` and ``fxpool.convert(graph_module, x)`` for a ``GraphModule``
+whose graph calls the ATen pool operators (:func:`has_aten_pools`; ``ExportedProgram.module()`` gives
+one) run the pipeline of :mod:`fxpool.convert`: the same recording, decision, replacement module,
+self-check, undo and report as an ``nn.Module``. Only what is particular to a graph is here:
 
-1. **find** (:func:`find_aten_pools`): every node calling an operator of
-   :data:`~fxpool.calls.ATEN_FORMS`, as an :class:`AtenPoolSite`. It stays where it is when the graph
-   uses a max pool's indices, computes its output size at run time, or sits in a control-flow branch
-   (a ``torch.cond`` subgraph); the report says why.
-2. **record**: a copy of the graph runs the example with each pool node calling a probe that records
-   its input and its native result (the program's own example inputs, or random inputs of its
-   example shapes).
-3. **decide and build**: planning's one decision per node from the sizes seen
-   (:func:`~fxpool.guards.decide_pool`; a spatial size the program leaves symbolic asks for the
-   dynamic-size form of :mod:`fxpool.dynamic`), and the replacement module
-   (:class:`~fxpool.replacements.ExactAdaptivePool`, or the dynamic form) called in the node's place.
-4. **check**: each replacement against its node's native result on the recorded input (average pools
-   within the self-check's tolerance, max pools bit-equal), then the whole graph against the
-   original's outputs; any mismatch raises :class:`~fxpool.errors.SelfCheckError` naming the node
-   and the shapes.
-5. **re-export** (programs only): ``torch.export.export`` of the rewritten module with the program's
-   own dynamic dimensions, so the new program keeps the signature (inputs, outputs, parameter and
-   buffer names) and state of the original, and holds only ATen operators: no fxpool code, no custom
-   op, nothing to compile. A program that was run through ``run_decompositions`` (ATen dialect) gets
-   the default decompositions of the operators the replacements added, and of no other. The new
-   program is run once more on the example against the original.
-
-Every pool node gets a :class:`~fxpool.report.PoolRecord` (``form="aten"``, located as
-``<program>:NODE`` or ``<graph>:NODE``).
+- **find** (:func:`find_graph_pools`): every node calling an operator of
+  :data:`~fxpool.calls.ATEN_FORMS` is a :class:`~fxpool.finding.PoolSite` located ``<program>:NODE``
+  (``<graph>:NODE`` for a graph module), matched in graph order with the calls the recording saw the
+  graph's own forward make. It stays where it is when it computes its output size at run time or sits
+  in a control-flow branch (a ``torch.cond`` subgraph); a max pool whose indices the graph reads asks
+  for the window argmax, one whose values alone are read for the values' form; a spatial size the
+  graph leaves symbolic asks for the dynamic-size form (``PoolSite.symbolic``).
+- **put in place** (:func:`put_in_graph`): in a copy of the graph (:func:`graph_copy`), a
+  ``call_module`` to each replacement (attributes ``fxpool_pool_N``) takes its node's place.
+- **re-export** (:func:`reexport`, programs only): ``torch.export.export`` of the rewritten module
+  with the program's own dynamic dimensions, so the new program keeps the signature (inputs, outputs,
+  parameter and buffer names) and state of the original, and holds only ATen operators: no fxpool
+  code, no custom op, nothing to compile. A program that was run through ``run_decompositions`` (ATen
+  dialect) gets the default decompositions of the operators the replacements added, and of no other.
+- **the proof** (:func:`program_pools`): the finder read over the new program's own graph; the
+  native pools it still holds are what the report's claims rest on.
 """
 
 from __future__ import annotations
 
 import copy
 import operator
-from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -44,80 +35,76 @@ from torch import fx, nn
 from torch.export import ExportedProgram
 from torch.utils._pytree import tree_leaves
 
+from .building import Built, replacement_module
 from .calls import PoolCall, aten_returns_indices, describe_aten, is_aten_pool
-from .checking import ReplacementCheck, SelfCheck, compare_outputs
 from .copying import structural_copy
-from .deciding import onnx_replacement_of, replacement_of
-from .dynamic import DynamicAdaptiveAvgPool, DynamicAdaptiveMaxPool
-from .errors import ExampleInputError, FxpoolError, SelfCheckError
-from .example import Example, example_run, read_example
-from .globalstate import LOCK
-from .guards import PoolDecision, PoolSighting, decide_pool
-from .replacements import ExactAdaptivePool
-from .report import ConversionReport, PoolRecord
+from .deciding import SiteDecision
+from .errors import ExampleInputError, FxpoolError
+from .example import Example, read_example
+from .finding import FoundPools, PoolSite
+from .proving import NativePool, TracedPools
+from .recording import PoolEvent, Recording
 
 PROGRAM_SCOPE = "<program>"
 GRAPH_SCOPE = "<graph>"
 REPLACEMENT_PREFIX = "fxpool_pool_"  # the replacement modules' attribute names in the rewritten graph module
-
-
-@dataclass(frozen=True, eq=False)
-class AtenPoolSite:
-    """One ATen pool node, how it is called, and why it must stay where it is (``left``)."""
-
-    node: fx.Node
-    call: PoolCall
-    location: str
-    requested: tuple[int | None, ...] | None  # per spatial axis; None entries keep the input's size
-    symbolic: bool  # a spatial size of its input is symbolic in the graph: the dynamic-size form
-    left: str | None = None
-    values: fx.Node | None = None  # a max pool's ``getitem(node, 0)``: where its values are read
-    shapes: tuple[tuple[int, ...] | None, tuple[int, ...] | None] = (None, None)  # from the graph, for the report
-
-
-@dataclass(frozen=True)
-class _Seen:
-    """What the probe recorded for one pool node on the example."""
-
-    input: torch.Tensor
-    output: torch.Tensor
+PROGRAM_TRACER = "torch.export (the converted program's own graph)"
 
 
 def has_aten_pools(module: Any) -> bool:
     """True for a ``GraphModule`` whose graph (or a subgraph of it) calls an ATen adaptive pool operator."""
     if not isinstance(module, fx.GraphModule):
         return False
-    return any(
-        node.op == "call_function" and is_aten_pool(node.target)
-        for sub in module.modules()
-        if isinstance(sub, fx.GraphModule)
-        for node in sub.graph.nodes
-    )
+    return any(_pool_nodes(sub) for sub in module.modules() if isinstance(sub, fx.GraphModule))
 
 
-def find_aten_pools(gm: fx.GraphModule, scope: str) -> list[AtenPoolSite]:
-    """Every ATen pool node of ``gm``'s graph and of its subgraphs (those are left: control-flow branches)."""
-    sites: list[AtenPoolSite] = []
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and is_aten_pool(node.target):
-            sites.append(_site(node, f"{scope}:{node.name}"))
+def _pool_nodes(gm: fx.GraphModule) -> list[fx.Node]:
+    return [node for node in gm.graph.nodes if node.op == "call_function" and is_aten_pool(node.target)]
+
+
+def graph_copy(gm: nn.Module) -> fx.GraphModule:
+    """A copy of ``gm`` over the same tensors with a graph of its own, for the replacements to go into."""
+    new = structural_copy(gm)
+    assert isinstance(gm, fx.GraphModule) and isinstance(new, fx.GraphModule)
+    new.graph = copy.deepcopy(gm.graph)
+    return new
+
+
+# --- find --------------------------------------------------------------------------------------
+
+
+def find_graph_pools(gm: nn.Module, recording: Recording, scope: str) -> FoundPools:
+    """Every ATen pool node of ``gm``'s graph and of its subgraphs, with the recording's call of each."""
+    assert isinstance(gm, fx.GraphModule)
+    top = [e for e in recording.events if e.module_name is None and len(e.scope) == 1]
+    sites = [
+        PoolSite(e.module_name or "<root>", e.call, (e,), already=e.already_converted)
+        for e in recording.events
+        if e.already_converted is not None  # fxpool's replacements in a graph converted before
+    ]
+    nodes = _pool_nodes(gm)
+    if len(top) != len(nodes):
+        raise FxpoolError(
+            f"fxpool: the graph has {len(nodes)} ATen pool node(s) but its run on the example made {len(top)} pool "
+            f"call(s) from its own forward; this is a bug in fxpool, please report it with the graph"
+        )
+    sites += [_site(node, event, f"{scope}:{node.name}") for node, event in zip(nodes, top)]
     for name, sub in gm.named_modules():
         if sub is gm or not isinstance(sub, fx.GraphModule):
             continue
-        for node in sub.graph.nodes:
-            if node.op == "call_function" and is_aten_pool(node.target):
-                described = describe_aten(node.target, node.args, dict(node.kwargs))
-                assert described is not None
-                why = (
-                    f"inside the subgraph {name!r} (a torch.cond/while_loop branch or another higher-order op), "
-                    f"which fxpool does not rewrite; export the model with that branch taken, or convert the "
-                    f"nn.Module before torch.export"
-                )
-                sites.append(AtenPoolSite(node, described[0], f"{scope}:{name}.{node.name}", None, False, why))
-    return sites
+        for node in _pool_nodes(sub):
+            described = describe_aten(node.target, node.args, dict(node.kwargs))
+            assert described is not None
+            why = (
+                f"inside the subgraph {name!r} (a torch.cond/while_loop branch or another higher-order op), "
+                f"which fxpool does not rewrite; export the model with that branch taken, or convert the "
+                f"nn.Module before torch.export"
+            )
+            sites.append(PoolSite(f"{scope}:{name}.{node.name}", described[0], (), left=why))
+    return FoundPools(tuple(sites))
 
 
-def _site(node: fx.Node, location: str) -> AtenPoolSite:
+def _site(node: fx.Node, event: PoolEvent, location: str) -> PoolSite:
     described = describe_aten(node.target, node.args, dict(node.kwargs))
     assert described is not None
     call, source = described
@@ -130,20 +117,11 @@ def _site(node: fx.Node, location: str) -> AtenPoolSite:
     in_sizes = tuple(fake_in.shape[-dims:]) if isinstance(fake_in, torch.Tensor) else None
     symbolic = in_sizes is not None and not all(isinstance(s, int) for s in in_sizes)
     requested, left = _requested(node, call, in_sizes, fake_out)
-    values = None
-    if aten_returns_indices(node.target) and left is None:
-        values, left = _values_of(node)
-    return AtenPoolSite(
-        node, call, location, requested, symbolic, left, values, (_example_shape(fake_in), _example_shape(fake_out))
-    )
-
-
-def _example_shape(fake: Any) -> tuple[int, ...] | None:
-    """A graph value's shape at the example (a symbolic size at its example value), None where unknown."""
-    if not isinstance(fake, torch.Tensor):
-        return None
-    sizes = [s if isinstance(s, int) else s.node.hint for s in fake.shape]
-    return None if any(s is None for s in sizes) else tuple(int(s) for s in sizes)
+    if requested is not None and call.dynamic_output_size:
+        call = replace(call, output_size=requested, dynamic_output_size=False)
+    if aten_returns_indices(node.target):
+        call = replace(call, return_indices=_reads_indices(node))
+    return PoolSite(location, call, (event,), left=left, node=node.name, symbolic=symbolic)
 
 
 def _requested(
@@ -175,75 +153,57 @@ def _same_size(a: Any, b: Any) -> bool:
     return False
 
 
-def _values_of(node: fx.Node) -> tuple[fx.Node | None, str | None]:
-    """A max pool node's ``getitem(node, 0)``, or why it must stay (its indices are used)."""
-    values: fx.Node | None = None
+def _reads_indices(node: fx.Node) -> bool:
+    """Whether the graph reads a max pool node's indices (or its result whole), not only ``getitem(node, 0)``."""
     for user in node.users:
         index = user.args[1] if user.op == "call_function" and len(user.args) == 2 else None
-        if user.target is not operator.getitem or index not in (0, 1):
-            return None, f"its (values, indices) result is used whole by {user.format_node()}"
-        if index == 1 and user.users:
-            readers = ", ".join(u.name for u in user.users)
-            return None, f"the graph uses its indices (read by {readers}): PyTorch's argmax indices are not reproduced"
-        if index == 0 and user.users:
-            values = user
-    if values is None:
-        return None, "its values are never read"
-    return values, None
+        if user.target is not operator.getitem or index not in (0, 1) or (index == 1 and user.users):
+            return True
+    return False
 
 
-def convert_aten_graph(
-    gm: fx.GraphModule, example: Example, scope: str = GRAPH_SCOPE, *, dynamic: bool = False
-) -> tuple[fx.GraphModule, ConversionReport]:
-    """A copy of ``gm`` with every ATen pool node it can replace calling fxpool's exact form, and the report.
-
-    The copy shares ``gm``'s parameters and buffers; its own graph holds ``call_module`` nodes to the
-    replacements (attributes ``fxpool_pool_N``). Raises :class:`~fxpool.errors.SelfCheckError` where a
-    replacement or the whole graph differs from the original on ``example``. ``dynamic`` is
-    ``fxpool.convert``'s (a symbolic spatial size asks for the dynamic form anyway).
-    """
-    with LOCK:
-        sites = find_aten_pools(gm, scope)
-        live = [site for site in sites if site.left is None]
-        seen, reference = _record(gm, live, example)
-        decisions = {site.location: _decide(site, seen.get(site.location), dynamic) for site in sites}
-        work = _graph_copy(gm)
-        replaced = _rewrite(work, gm, sites, decisions, seen)
-        checks = tuple(_check_replacement(replaced[s.location], s, seen[s.location]) for s in live if s.location in replaced)
-        check = _check_whole(work, example, reference, checks, "the rewritten graph") if replaced else _unchanged(sites)
-    records = tuple(_record_of(site, decisions[site.location], seen.get(site.location)) for site in sites)
-    return work, ConversionReport(records, check=check)
+# --- put in place ------------------------------------------------------------------------------
 
 
-def convert_program(
-    program: ExportedProgram, example: Example | None = None, *, dynamic: bool = False
-) -> tuple[ExportedProgram, ConversionReport]:
-    """A new program with every ATen pool it can replace in fxpool's exact form, and the report.
-
-    ``example`` defaults to the program's own example inputs (``program.example_inputs``), or random
-    inputs of its example shapes where it has none. The program's symbolic dimensions stay
-    symbolic; a pool whose spatial input size is symbolic gets the dynamic-size form.
-    """
-    if example is None:
-        example = program_example(program)
-    gm = program.module()
+def put_in_graph(gm: nn.Module, found: FoundPools, decisions: tuple[SiteDecision, ...], fallback_device: torch.device) -> Built:
+    """Call each replaced site's module in ``gm`` (a :func:`graph_copy`) in place of its node."""
     assert isinstance(gm, fx.GraphModule)
-    converted, report = convert_aten_graph(gm, example, PROGRAM_SCOPE, dynamic=dynamic)
-    if not report.converted:
-        return copy.copy(program), report  # a new program object over the same graph: nothing was replaced
-    with LOCK:
-        program_out = _reexport(program, converted, example)
-        reference = _run(gm, example)
-        check = _check_whole(
-            program_out.module(), example, reference, report.check.replacements if report.check else (), "the converted program"
-        )
-    lost = sorted(set(program.state_dict) ^ set(program_out.state_dict))
-    if lost:
-        raise FxpoolError(
-            f"fxpool: the converted program's state differs from the original's in {lost}; this is a bug in fxpool's "
-            f"re-export, please report it with the program"
-        )
-    return program_out, ConversionReport(report.records, check=check)
+    graph = gm.graph
+    nodes = {node.name: node for node in graph.nodes}
+    changed = False
+    for chosen in decisions:
+        site = chosen.site
+        if not chosen.replaced or site.node is None:
+            continue
+        node = nodes[site.node]
+        name = _free_name(gm, REPLACEMENT_PREFIX)
+        gm.add_submodule(name, replacement_module(chosen, site.events[0], fallback_device))
+        with graph.inserting_before(node):
+            new = graph.call_module(name, (node.args[0] if node.args else node.kwargs["self"],))
+        new.meta.update({key: node.meta[key] for key in ("stack_trace", "nn_module_stack") if key in node.meta})
+        if aten_returns_indices(node.target) and not chosen.decision.returns_indices:  # values only
+            for user in list(node.users):
+                if user.args[1] == 0:
+                    user.replace_all_uses_with(new)
+                graph.erase_node(user)
+        else:
+            node.replace_all_uses_with(new)
+        graph.erase_node(node)
+        changed = True
+    if changed:
+        graph.lint()
+        gm.recompile()
+    return Built(gm, changed)
+
+
+def _free_name(gm: nn.Module, prefix: str) -> str:
+    index = 0
+    while hasattr(gm, f"{prefix}{index}"):
+        index += 1
+    return f"{prefix}{index}"
+
+
+# --- the example, the proof --------------------------------------------------------------------
 
 
 def program_example(program: ExportedProgram) -> Example:
@@ -293,191 +253,10 @@ def _user_input_values(program: ExportedProgram) -> list[Any]:
     return values
 
 
-# --- record, decide, rewrite -------------------------------------------------------------------
-
-
-class _Probe(nn.Module):
-    """Calls the ATen pool operator as the node did, and keeps its input and (values) result."""
-
-    def __init__(self, target: Any, values_only: bool, key: str, seen: dict[str, _Seen]) -> None:
-        super().__init__()
-        self.target, self.values_only, self.key, self.seen = target, values_only, key, seen
-
-    def forward(self, x: torch.Tensor, *rest: Any) -> Any:
-        result = self.target(x, *rest)
-        values = result[0] if self.values_only else result
-        self.seen.setdefault(self.key, _Seen(x.detach().clone(), values.detach().clone()))
-        return result
-
-
-def _record(gm: fx.GraphModule, sites: list[AtenPoolSite], example: Example) -> tuple[dict[str, _Seen], Any]:
-    """Each live site's input and native result on the example, and the graph's outputs."""
-    probe = _graph_copy(gm, clone_buffers=True)
-    seen: dict[str, _Seen] = {}
-    nodes = _pool_nodes(probe)
-    for index, site in enumerate(_pool_nodes_of(gm, sites)):
-        if site is None:
-            continue
-        node = nodes[index]
-        name = _free_name(probe, "fxpool_probe_")
-        probe.add_submodule(name, _Probe(node.target, aten_returns_indices(node.target), site.location, seen))
-        node.op, node.target = "call_module", name
-    probe.recompile()
-    output = _run(probe, example, clone=False)
-    return seen, output
-
-
-def _pool_nodes(gm: fx.GraphModule) -> list[fx.Node]:
-    return [node for node in gm.graph.nodes if node.op == "call_function" and is_aten_pool(node.target)]
-
-
-def _pool_nodes_of(gm: fx.GraphModule, sites: list[AtenPoolSite]) -> Iterator[AtenPoolSite | None]:
-    """For each top-level pool node of ``gm``, in graph order, its live site (None: left or not a site)."""
-    by_node = {site.node: site for site in sites}
-    for node in _pool_nodes(gm):
-        yield by_node.get(node)
-
-
-def _run(gm: nn.Module, example: Example, clone: bool = True) -> Any:
-    runner = structural_copy(gm, clone_buffers=True) if clone else gm
-    if clone and isinstance(gm, fx.GraphModule):
-        gm.graph.owning_module = gm  # the shallow copy claimed the shared graph; it stays the original's
-    with example_run(example):
-        return example.call(runner)
-
-
-def _decide(site: AtenPoolSite, seen: _Seen | None, dynamic: bool) -> PoolDecision:
-    if site.left is not None:
-        return PoolDecision("left", site.left)
-    if seen is None:
-        return PoolDecision("left", "never ran on the example input, so its input size is unknown")
-    dims = site.call.spatial_dims
-    assert dims is not None
-    sighting = PoolSighting(
-        site.call.family,
-        ((tuple(seen.input.shape[-dims:]), tuple(seen.output.shape[-dims:])),),
-        site.requested,
-        quantized=seen.input.is_quantized,
-    )
-    return decide_pool(sighting, dynamic=dynamic or site.symbolic)
-
-
-def _replacement(site: AtenPoolSite, decision: PoolDecision, seen: _Seen) -> nn.Module:
-    plan, dims = decision.plan, site.call.spatial_dims
-    assert plan is not None and dims is not None
-    replacement: nn.Module
-    if decision.action == "dynamic":
-        sizes = site.requested or tuple(seen.output.shape[-dims:])
-        pool_class = DynamicAdaptiveAvgPool if plan.family == "avg" else DynamicAdaptiveMaxPool
-        assert decision.dynamic_form is not None
-        replacement = pool_class(sizes, location=site.location, kind=decision.dynamic_form.kind)
-    else:
-        weight_dtype = torch.float64 if seen.input.dtype == torch.float64 else torch.float32
-        batched = seen.input.dim() == dims + 2
-        replacement = ExactAdaptivePool(plan, site.location, weight_dtype, seen.input.device, batched=batched)
-    return replacement.train(False)
-
-
-def _rewrite(
-    work: fx.GraphModule,
-    original: fx.GraphModule,
-    sites: list[AtenPoolSite],
-    decisions: dict[str, PoolDecision],
-    seen: dict[str, _Seen],
-) -> dict[str, nn.Module]:
-    """Put each replaced site's module in ``work`` (a graph copy of ``original``) in place of its node."""
-    made: dict[str, nn.Module] = {}
-    graph = work.graph
-    nodes = _pool_nodes(work)
-    for index, site in enumerate(_pool_nodes_of(original, sites)):
-        if site is None or decisions[site.location].action == "left":
-            continue
-        node = nodes[index]
-        replacement = _replacement(site, decisions[site.location], seen[site.location])
-        name = _free_name(work, REPLACEMENT_PREFIX)
-        work.add_submodule(name, replacement)
-        with graph.inserting_before(node):
-            new = graph.call_module(name, (node.args[0] if node.args else node.kwargs["self"],))
-        new.meta.update({key: node.meta[key] for key in ("stack_trace", "nn_module_stack") if key in node.meta})
-        if aten_returns_indices(node.target):
-            for user in list(node.users):
-                if user.args[1] == 0:
-                    user.replace_all_uses_with(new)
-                graph.erase_node(user)
-        else:
-            node.replace_all_uses_with(new)
-        graph.erase_node(node)
-        made[site.location] = replacement
-    if made:
-        graph.lint()
-        work.recompile()
-    return made
-
-
-def _free_name(gm: nn.Module, prefix: str) -> str:
-    index = 0
-    while hasattr(gm, f"{prefix}{index}"):
-        index += 1
-    return f"{prefix}{index}"
-
-
-def _graph_copy(gm: fx.GraphModule, clone_buffers: bool = False) -> fx.GraphModule:
-    """A copy of ``gm`` over the same tensors (buffers cloned on request) with a graph of its own."""
-    new = structural_copy(gm, clone_buffers=clone_buffers)
-    assert isinstance(new, fx.GraphModule)
-    gm.graph.owning_module = gm  # the shallow copy claimed the shared graph; it stays the original's
-    new.graph = copy.deepcopy(gm.graph)
-    return new
-
-
-# --- check -------------------------------------------------------------------------------------
-
-
-def _check_replacement(replacement: nn.Module, site: AtenPoolSite, seen: _Seen) -> ReplacementCheck:
-    """The replacement (its eager and, for exact plans, its traced form) against the node's native result."""
-    with torch.no_grad():
-        outputs = [replacement(seen.input)]
-        if isinstance(replacement, ExactAdaptivePool):
-            outputs.append(replacement.traced_form(seen.input))
-    worst, bound = 0.0, 0.0
-    for output in outputs:
-        mismatch, error, allowed = compare_outputs(output, seen.output)
-        if site.call.family == "max":
-            allowed = 0.0
-        if mismatch is not None or error > allowed:
-            raise SelfCheckError(
-                f"fxpool: the replacement of ATen node {site.location} ({site.call.op}, input "
-                f"{tuple(seen.input.shape)} -> {tuple(seen.output.shape)}) differs from the native operator on the "
-                f"example: {mismatch or f'by {error:.3g} (allowed {allowed:.3g})'}. This is a bug in fxpool; please "
-                f"report it with these shapes"
-            )
-        worst, bound = max(worst, error), allowed
-    return ReplacementCheck(site.location, worst, bound)
-
-
-def _check_whole(
-    converted: nn.Module, example: Example, reference: Any, checks: tuple[ReplacementCheck, ...], what: str
-) -> SelfCheck:
-    output = _run(converted, example)
-    mismatch, error, bound = compare_outputs(output, reference)
-    if mismatch is not None:
-        where = ", ".join(check.location for check in checks)
-        raise SelfCheckError(
-            f"fxpool: {what} differs from the original on the example {example.describe()}: {mismatch}, although "
-            f"each replacement ({where}) matched its native pool; please report it with the program"
-        )
-    return SelfCheck("passed", f"{what} on the example {example.describe()}", error, bound, checks)
-
-
-def _unchanged(sites: list[AtenPoolSite]) -> SelfCheck:
-    why = "nothing was replaced, so the graph is the original" if sites else "the graph holds no adaptive pool"
-    return SelfCheck("skipped", why)
-
-
 # --- re-export ---------------------------------------------------------------------------------
 
 
-def _reexport(program: ExportedProgram, converted: fx.GraphModule, example: Example) -> ExportedProgram:
+def reexport(program: ExportedProgram, converted: nn.Module, example: Example) -> ExportedProgram:
     """``torch.export`` of the rewritten module with the program's dynamic dimensions, at its dialect.
 
     Replacement buffers only another tracer reads (the ONNX forms' indices) would be inputs of the
@@ -499,10 +278,16 @@ def _reexport(program: ExportedProgram, converted: fx.GraphModule, example: Exam
         for op in keep:
             table.pop(op)
         result = result.run_decompositions(table)
+    lost = sorted(set(program.state_dict) ^ set(result.state_dict))
+    if lost:
+        raise FxpoolError(
+            f"fxpool: the converted program's state differs from the original's in {lost}; this is a bug in fxpool's "
+            f"re-export, please report it with the program"
+        )
     return result
 
 
-def _export(module: fx.GraphModule, example: Example, dynamic_shapes: Any) -> ExportedProgram:
+def _export(module: nn.Module, example: Example, dynamic_shapes: Any) -> ExportedProgram:
     try:
         return torch.export.export(module, example.args, dict(example.kwargs), dynamic_shapes=dynamic_shapes, strict=False)
     except Exception as error:
@@ -604,31 +389,35 @@ def _bound(value: Any) -> int | None:
     return int(value)
 
 
-# --- report ------------------------------------------------------------------------------------
+def program_pools(program: ExportedProgram, *, shapes: bool) -> TracedPools:
+    """The native pools the finder reads in ``program``'s own graph and subgraphs (shapes at the example's
+    sizes where ``shapes``: the program was exported at the example)."""
+    found = []
+    for sub in program.graph_module.modules():
+        if not isinstance(sub, fx.GraphModule):
+            continue
+        for node in _pool_nodes(sub):
+            form = describe_aten(node.target, node.args, dict(node.kwargs))
+            assert form is not None
+            call, source = form
+            values = node.meta.get("val")
+            values = values[0] if isinstance(values, (tuple, list)) else values
+            source_value = source.meta.get("val") if isinstance(source, fx.Node) else None
+            found.append(
+                NativePool(
+                    f"aten::{str(node.target).split('.')[1]}",
+                    call.family,
+                    "",
+                    _example_shape(source_value) if shapes else None,
+                    _example_shape(values) if shapes else None,
+                )
+            )
+    return TracedPools(PROGRAM_TRACER, tuple(found))
 
 
-def _record_of(site: AtenPoolSite, decision: PoolDecision, seen: _Seen | None) -> PoolRecord:
-    call, plan = site.call, decision.plan
-    converted = decision.action != "left"
-    replacement, kind = replacement_of(decision)
-    reason = decision.reason
-    if site.symbolic and decision.action == "dynamic":
-        reason = reason.replace("dynamic=True", "a spatial size the program leaves symbolic", 1)
-    requested = "computed at run time" if site.requested is None and call.dynamic_output_size else call.requested
-    if site.requested is not None and call.dynamic_output_size:
-        requested = str(site.requested)
-    return PoolRecord(
-        location=site.location,
-        form="aten",
-        op=call.op,
-        input_shape=site.shapes[0] if seen is None else tuple(seen.input.shape),
-        output_size=requested,
-        output_shape=site.shapes[1] if seen is None else tuple(seen.output.shape),
-        converted=converted,
-        replacement=replacement,
-        onnx_replacement=onnx_replacement_of(decision),
-        reason=reason,
-        size_agnostic=decision.action == "dynamic" or (plan is not None and converted and plan.size_agnostic),
-        family=call.family,
-        kind=kind,
-    )
+def _example_shape(fake: Any) -> tuple[int, ...] | None:
+    """A graph value's shape at the example (a symbolic size at its example value), None where unknown."""
+    if not isinstance(fake, torch.Tensor):
+        return None
+    sizes = [s if isinstance(s, int) else s.node.hint for s in fake.shape]
+    return None if any(s is None for s in sizes) else tuple(int(s) for s in sizes)

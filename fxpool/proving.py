@@ -168,19 +168,22 @@ def proven(report: ConversionReport, traced: TracedPools) -> ConversionReport:
     """``report`` with what ``traced`` saw: its tracer named, and a record left to PyTorch for every native pool
     the tracer found that no record accounts for (records left to PyTorch account for one native pool per call,
     matched by family and shapes; a record whose shapes were never seen, a pool inside a TorchScript submodule,
-    by family alone)."""
+    or a native pool whose shapes the tracer does not know, by family alone)."""
     left = [r for r in report.unconverted for _ in range(max(r.calls, 1))]
     expected: Counter[tuple[Any, ...]] = Counter(
         (r.family, r.input_shape, r.output_shape) for r in left if r.input_shape is not None
     )
     unseen = Counter(r.family for r in left if r.input_shape is None)
     extra: list[PoolRecord] = []
-    for pool in traced.pools:
+    for pool in sorted(traced.pools, key=lambda p: p.input_shape is None):  # the pools of known shapes first
         key = (pool.family, pool.input_shape, pool.output_shape)
+        same_family = [k for k, n in expected.items() if n > 0 and k[0] == pool.family]
         if expected[key] > 0:
             expected[key] -= 1
         elif unseen[pool.family] > 0:
             unseen[pool.family] -= 1
+        elif pool.input_shape is None and same_family:
+            expected[same_family[0]] -= 1
         else:
             extra.append(_record_of(pool, traced.tracer))
     return replace(report, records=report.records + tuple(extra), proved_by=traced.tracer)

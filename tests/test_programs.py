@@ -13,7 +13,7 @@ from torch import nn
 import fxpool
 from fxpool import programs
 from fxpool.calls import ATEN_FORMS, describe_aten
-from fxpool.errors import FxpoolError, SelfCheckError, UnconvertedPoolError, UnconvertedPoolWarning
+from fxpool.errors import FxpoolError, UnconvertedPoolError, UnconvertedPoolWarning
 
 AVG = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}
 MAX = {1: F.adaptive_max_pool1d, 2: F.adaptive_max_pool2d, 3: F.adaptive_max_pool3d}
@@ -180,25 +180,43 @@ class IndicesUsed(nn.Module):
         return values + F.adaptive_avg_pool2d(x, 3), indices
 
 
-def test_max_pools_whose_indices_are_used_are_left_and_strict_refuses() -> None:
+def test_max_pools_whose_indices_are_used_get_the_window_argmax_with_pytorchs_indices() -> None:
     x = torch.randn(1, 2, 10, 11)
+    x[0, 0, :4, :4] = 1.0  # ties: PyTorch's first maximum
+    x[0, 1, 5, 5] = float("nan")
     program = torch.export.export(IndicesUsed(), (x,))
+
+    converted = fxpool.convert(program, strict=True)
+    report = fxpool.report_of(converted)
+    assert [r.kind for r in report.records] == ["argmax", report.records[1].kind] and report.stands_alone
+    assert report.records[0].input_shape == (1, 2, 10, 11)
+    assert not [n for n in converted.graph.nodes if n.op == "call_function" and n.target in ATEN_FORMS]
+    values, indices = converted.module()(x)
+    expected_values, expected_indices = program.module()(x)
+    torch.testing.assert_close(values, expected_values, rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert torch.equal(indices, expected_indices)
+    assert torch.equal(fxpool.convert(program.module(), x, strict=True)(x)[1], expected_indices)
+
+
+def test_max_pools_whose_indices_are_used_at_a_symbolic_size_are_left_and_strict_refuses() -> None:
+    x = torch.randn(1, 2, 10, 11)
+    height = torch.export.Dim("h", min=4, max=64)
+    program = torch.export.export(IndicesUsed(), (x,), dynamic_shapes={"x": {2: height}})
 
     with pytest.raises(UnconvertedPoolError, match=r"(?s)<program>:adaptive_max_pool2d.*indices"):
         fxpool.convert(program, strict=True)
-    with pytest.raises(UnconvertedPoolError, match=r"<graph>:adaptive_max_pool2d"):
-        fxpool.convert(program.module(), x, strict=True)
-
     with pytest.warns(UnconvertedPoolWarning, match=r"<program>:adaptive_max_pool2d") as caught:
         converted = fxpool.convert(program)
     assert caught[0].filename == __file__  # the warning points at the caller's line
     report = fxpool.report_of(converted)
     assert [r.converted for r in report.records] == [False, True]
     assert report.records[0].input_shape == (1, 2, 10, 11)
-    values, indices = converted.module()(x)
-    expected_values, expected_indices = program.module()(x)
-    torch.testing.assert_close(values, expected_values, rtol=1e-5, atol=1e-6)
-    assert torch.equal(indices, expected_indices)
+    for size in (10, 17):
+        y = torch.randn(1, 2, size, 11)
+        values, indices = converted.module()(y)
+        expected_values, expected_indices = program.module()(y)
+        torch.testing.assert_close(values, expected_values, rtol=1e-5, atol=1e-6)
+        assert torch.equal(indices, expected_indices)
 
 
 def test_a_max_pool_whose_values_only_are_used_is_replaced() -> None:
@@ -213,21 +231,26 @@ def test_a_max_pool_whose_values_only_are_used_is_replaced() -> None:
     assert torch.equal(converted.module()(x), program.module()(x))
 
 
-def test_a_replacement_that_differs_is_an_error_naming_the_node(monkeypatch) -> None:
-    program, _ = _exported("avg", 2, (10, 11), (3, 5))
-    real = programs._replacement
+def test_a_replacement_that_differs_is_undone_and_strict_names_the_node(monkeypatch) -> None:
+    from fxpool import building
 
-    class OffByOne(nn.Module):
-        def __init__(self, inner: nn.Module) -> None:
-            super().__init__()
-            self.inner = inner
+    program, x = _exported("avg", 2, (10, 11), (3, 5))
+    real = building.replacement_module
 
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.inner(x) + 1.0
+    def off_by_one(*args: object) -> nn.Module:
+        replacement = real(*args)  # type: ignore[arg-type]
+        forward = replacement.forward
+        replacement.forward = lambda x: forward(x) + 1.0  # type: ignore[method-assign]
+        return replacement
 
-    monkeypatch.setattr(programs, "_replacement", lambda *args: OffByOne(real(*args)))
-    with pytest.raises(SelfCheckError, match=r"<program>:adaptive_avg_pool2d.*\(2, 3, 10, 11\) -> \(2, 3, 3, 5\)"):
-        fxpool.convert(program)
+    monkeypatch.setattr(programs, "replacement_module", off_by_one)
+    with pytest.raises(UnconvertedPoolError, match=r"(?s)<program>:adaptive_avg_pool2d .* 2x3x10x11 -> \(3, 5\).*differed from"):
+        fxpool.convert(program, strict=True)
+    with pytest.warns(UnconvertedPoolWarning, match=r"self-check undid"):
+        converted = fxpool.convert(program)
+    report = fxpool.report_of(converted)
+    assert not report.converted and "differed from the native pool" in report.records[0].reason
+    torch.testing.assert_close(converted.module()(x), program.module()(x), rtol=0, atol=0)
 
 
 def test_a_program_without_pools_is_returned_as_a_new_program_with_an_empty_report() -> None:
