@@ -37,7 +37,7 @@ _HOME = {
     "convert": "convert",
     "explain": "convert",
     "export": "exporting",
-    "onnx_export_hook": "exporting",
+    "onnx_export_hook": "hooking",
     "report_of": "report",
 }
 
@@ -88,7 +88,8 @@ if TYPE_CHECKING:
         UnsupportedModelError,
         UnsupportedOpsetError,
     )
-    from .exporting import ExportResult, export, onnx_export_hook
+    from .exporting import ExportResult, export
+    from .hooking import onnx_export_hook
     from .report import ConversionReport, PoolRecord, report_of
 else:
 

@@ -6,10 +6,8 @@ example input against the original PyTorch model (`fxpool.verifying`). The file 
 atomically (`fxpool.writing`): a failed check raises `ExportVerificationError` and sets the graph aside
 in ``NAME.onnx.failed/``, leaving any earlier file at the path as it was.
 
-`onnx_export_hook` patches ``torch.onnx.export`` so that any call from the thread that
-entered it — in scripts the user cannot edit too — exports the converted model; other threads'
-calls pass through unconverted. The patch is undone when the last hook is left, whatever the
-order, on exceptions too.
+The pre-export hook (`fxpool.hooking`) exports through the same calls: `convert_for_export`, the checks
+made before an export, and `export_with_translations`.
 
 Exports run one at a time: the TorchScript exporter's state and both exporters' flags are
 process-wide. While fxpool exports (``export`` or a hook), other threads' ``torch.onnx.export`` calls
@@ -28,16 +26,13 @@ from __future__ import annotations
 
 import ast
 import errno
-import functools
 import logging
 import os
 import re
 import tempfile
-import threading
-import time
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO
 
@@ -59,9 +54,9 @@ from .errors import (
     require,
 )
 from .example import Example, read_example
-from .globalstate import LOCK
+from .globalstate import LOCK, exports_routed, unpatched_export, wait_for_exports_in_flight
 from .programs import program_example
-from .report import REPORT_ATTRIBUTE, ConversionReport, report_of
+from .report import ConversionReport, report_of
 from .symbolics import dynamo_translation_table, exporter_translations
 from .verifying import op_histogram, verify_onnx
 from .writing import WrittenFile, staged_output
@@ -164,7 +159,7 @@ def _converted(
             "batch statistics make onnxruntime and PyTorch disagree by design; pass verify=False"
         )
     reference = structural_copy(model, clone_buffers=True).train(train)
-    converted = _convert_for_export(reference, example, dynamic, strict)
+    converted = convert_for_export(reference, example, dynamic, strict)
     refuse_dynamic_spatial_axes_for(converted, kwargs)
     return converted, reference, example
 
@@ -192,7 +187,7 @@ def _convert_program_for_export(
     return converted, program.module(), example
 
 
-def _convert_for_export(model: nn.Module, example: Example, dynamic: bool, strict: bool) -> nn.Module:
+def convert_for_export(model: nn.Module, example: Example, dynamic: bool, strict: bool) -> nn.Module:
     """``convert``, judged as the export will be: pools the export lowers exactly are neither refused nor warned of."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnconvertedPoolWarning)  # said below, for the pools the export leaves
@@ -222,7 +217,7 @@ def _export_file(
         with warnings.catch_warnings(), _exporter_logs_to_fxpool(_EXPORTER_LOGGERS):  # the exporters' notices on every call
             warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
             warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export", category=DeprecationWarning)
-            _export_with_translations(torch.onnx.export, converted, args, path, **kwargs)
+            export_with_translations(torch.onnx.export, converted, args, path, **kwargs)
     except FxpoolError:
         raise
     except Exception as error:  # the exporters' errors have no common base class
@@ -479,7 +474,7 @@ class _Exported(nn.Module):
         self.__dict__["forward"] = model.forward
 
 
-def _export_with_translations(export_fn: Any, model: Any, args: Any, f: Any, *rest: Any, **kwargs: Any) -> Any:
+def export_with_translations(export_fn: Any, model: Any, args: Any, f: Any, *rest: Any, **kwargs: Any) -> Any:
     """``export_fn(model, args, f, ...)`` with fxpool's exporter translations registered.
 
     The TorchScript exporter gets them as registered symbolics; the dynamo exporter as entries of
@@ -490,13 +485,12 @@ def _export_with_translations(export_fn: Any, model: Any, args: Any, f: Any, *re
             model = _Exported(model)
     else:
         kwargs["custom_translation_table"] = {**dynamo_translation_table(), **(kwargs.get("custom_translation_table") or {})}
-    if getattr(export_fn, "fxpool_stand_in", False):  # torch.onnx.export while patched: the exporter itself
-        export_fn = _unpatched_export
+    export_fn = unpatched_export(export_fn)  # torch.onnx.export while patched: the exporter itself
     # The symbolic registry and the exporters' flags are process-wide: exports run one at a time, other
     # threads' torch.onnx.export calls wait for this one (routed through the lock), and one already in
     # flight in another thread is waited for.
-    with LOCK, _exports_routed(), exporter_translations():
-        _wait_for_exports_in_flight()
+    with LOCK, exports_routed(), exporter_translations():
+        wait_for_exports_in_flight()
         try:
             return export_fn(model, args, f, *rest, **kwargs)
         except AssertionError as error:
@@ -509,117 +503,3 @@ def _export_with_translations(export_fn: Any, model: Any, args: Any, f: Any, *re
                 f"while it exports, but a call another thread entered through a reference of its own "
                 f"(from torch.onnx import export) races with it: export one model at a time, or retry"
             ) from error
-
-
-# How long an export waits for another thread's torch.onnx.export already in flight.
-IN_FLIGHT_TIMEOUT_S = 600.0
-
-
-def _wait_for_exports_in_flight() -> None:
-    """Wait until no other thread is inside ``torch.onnx.export`` (whose flags are process-wide)."""
-    from torch.onnx._internal.exporter import _flags
-    from torch.onnx._internal.torchscript_exporter._globals import GLOBALS
-
-    deadline = time.monotonic() + IN_FLIGHT_TIMEOUT_S
-    while GLOBALS.in_onnx_export or _flags._is_onnx_exporting:
-        if time.monotonic() > deadline:
-            raise ExportFailedError(
-                f"another thread's torch.onnx.export has been running for {IN_FLIGHT_TIMEOUT_S:.0f} s; fxpool waits for "
-                f"it before exporting (the exporters' state is process-wide). Export one model at a time"
-            )
-        time.sleep(0.005)
-
-
-@dataclass(frozen=True)
-class _HookOptions:
-    strict: bool
-    dynamic: bool
-
-
-_hooks_here = threading.local()  # .active: this thread's entered hooks, innermost last
-_routes = 0  # across threads: torch.onnx.export is the stand-in while above 0 (hooks, fxpool's exports)
-_unpatched_export: Callable[..., Any] | None = None
-_patched_export: Callable[..., Any] | None = None  # what torch.onnx.export is while patched
-
-
-@contextmanager
-def _exports_routed() -> Iterator[None]:
-    """While inside, ``torch.onnx.export`` is fxpool's stand-in (:func:`_patch_for`) in every thread, restored
-    when the last one leaves: threads that entered a hook convert, the others run the exporter under fxpool's
-    lock (one export at a time)."""
-    global _routes, _unpatched_export, _patched_export
-    with LOCK:
-        if _routes == 0:
-            _unpatched_export = torch.onnx.export
-            _patched_export = torch.onnx.export = _patch_for(_unpatched_export)
-        _routes += 1
-    try:
-        yield
-    finally:
-        with LOCK:
-            _routes -= 1
-            if _routes == 0:
-                if torch.onnx.export is _patched_export and _unpatched_export is not None:  # else: leave theirs
-                    torch.onnx.export = _unpatched_export
-                _patched_export = None
-
-
-def _patch_for(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``torch.onnx.export``'s stand-in while patched, with its name, docstring and signature
-    (``functools.wraps``: ``inspect.signature`` follows ``__wrapped__``). Callers read the signature:
-    timm's ``onnx_export`` looks for a ``dynamo`` parameter, and takes the TorchScript exporter, or
-    asserts, where it finds none."""
-
-    @functools.wraps(original)
-    def export(model: Any, args: Any = (), f: Any = None, *rest: Any, **kwargs: Any) -> Any:
-        return _hooked_export(original, model, args, f, *rest, **kwargs)
-
-    export.fxpool_stand_in = True  # type: ignore[attr-defined]
-    return export
-
-
-def _hooked_export(original: Callable[..., Any], model: Any, args: Any = (), f: Any = None, *rest: Any, **kwargs: Any) -> Any:
-    """``torch.onnx.export`` while patched: converts in threads that entered a hook; in the others, the exporter
-    runs under fxpool's lock (one export at a time)."""
-    active: list[_HookOptions] = getattr(_hooks_here, "active", [])
-    if not active:
-        with LOCK:
-            return original(model, args, f, *rest, **kwargs)
-    options = active[-1]
-    require_export_dependencies(kwargs, False, "torch.onnx.export under fxpool.onnx_export_hook")
-    check_opset(kwargs)
-    if isinstance(model, nn.Module) and not hasattr(model, REPORT_ATTRIBUTE):
-        model = _convert_for_export(model, read_example(args, kwargs.get("kwargs")), options.dynamic, options.strict)
-    report = getattr(model, REPORT_ATTRIBUTE, None)
-    if isinstance(model, nn.Module) and report is not None:
-        refuse_dynamic_spatial_axes_for(model, kwargs)
-    try:
-        return _export_with_translations(original, model, args, f, *rest, **kwargs)
-    except FxpoolError:
-        raise
-    except Exception as error:
-        if isinstance(report, ConversionReport) and report.unexportable:  # say which pools it left, and why
-            raise ExportFailedError(export_failure(error, report)) from error
-        raise
-
-
-@contextmanager
-def onnx_export_hook(*, strict: bool = False, dynamic: bool = False) -> Iterator[None]:
-    """Within this block, ``torch.onnx.export(model, args, ...)`` exports ``fxpool.convert(model, args)``.
-
-    The caller's model is untouched; already-converted models are exported as they are. The hook
-    applies to the thread that entered it: other threads' exports are not converted, and run one at a
-    time with fxpool's (the exporters' state is process-wide). Blocks may nest and may be left in any
-    order; ``torch.onnx.export`` is restored when the last one is left.
-    """
-    options = _HookOptions(strict, dynamic)
-    with ExitStack() as stack:
-        stack.enter_context(_exports_routed())
-        if not hasattr(_hooks_here, "active"):
-            _hooks_here.active = []
-        _hooks_here.active.append(options)
-        try:
-            yield
-        finally:
-            active = _hooks_here.active
-            del active[max(i for i, o in enumerate(active) if o is options)]

@@ -9,18 +9,26 @@ symbolic registry. Two conversions interleaving on these would restore each othe
 - :func:`export_flag` decides what ``torch.onnx.is_in_onnx_export()`` answers in the calling thread
   only (``True``, ``False``, or raise :class:`ExportBranchError`), and counts how often user code
   asked, so fxpool can tell a model that branches on it and follow both branches; other threads
-  see the real answer.
+  see the real answer;
+- :func:`exports_routed` makes ``torch.onnx.export`` a stand-in while fxpool exports (its own exports
+  and the pre-export hook's): a thread that pushed a handler (:func:`export_handler`) has its calls
+  answered by it, every other thread's run under :data:`LOCK`, one export at a time;
+  :func:`wait_for_exports_in_flight` waits for one another thread had already begun.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from .errors import ExportFailedError
 
 LOCK = threading.RLock()
 
@@ -74,3 +82,90 @@ def export_flag(answer: bool | None) -> Iterator[FlagReads]:
 def is_stand_in(value: Any) -> bool:
     """True for fxpool's stand-in of ``is_in_onnx_export`` (tests check none is left behind)."""
     return hasattr(value, "fxpool_original")
+
+
+# How long an export waits for another thread's torch.onnx.export already in flight.
+IN_FLIGHT_TIMEOUT_S = 600.0
+# A pre-export hook's answer to a torch.onnx.export call: (the unpatched exporter, model, args, f, ...)
+ExportHandler = Callable[..., Any]
+
+_handlers = threading.local()  # .stack: this thread's export handlers (entered hooks), innermost last
+_routes = 0  # across threads: torch.onnx.export is the stand-in while above 0 (hooks, fxpool's exports)
+_unpatched_export: Callable[..., Any] | None = None
+_patched_export: Callable[..., Any] | None = None  # what torch.onnx.export is while patched
+
+
+def wait_for_exports_in_flight() -> None:
+    """Wait until no other thread is inside ``torch.onnx.export`` (whose flags are process-wide)."""
+    from torch.onnx._internal.exporter import _flags
+    from torch.onnx._internal.torchscript_exporter._globals import GLOBALS
+
+    deadline = time.monotonic() + IN_FLIGHT_TIMEOUT_S
+    while GLOBALS.in_onnx_export or _flags._is_onnx_exporting:
+        if time.monotonic() > deadline:
+            raise ExportFailedError(
+                f"another thread's torch.onnx.export has been running for {IN_FLIGHT_TIMEOUT_S:.0f} s; fxpool waits for "
+                f"it before exporting (the exporters' state is process-wide). Export one model at a time"
+            )
+        time.sleep(0.005)
+
+
+def unpatched_export(export_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The exporter itself where ``export_fn`` is fxpool's stand-in of ``torch.onnx.export``."""
+    if getattr(export_fn, "fxpool_stand_in", False) and _unpatched_export is not None:
+        return _unpatched_export
+    return export_fn
+
+
+@contextmanager
+def exports_routed() -> Iterator[None]:
+    """While inside, ``torch.onnx.export`` is fxpool's stand-in (:func:`_stand_in_for`) in every thread, restored
+    when the last one leaves."""
+    global _routes, _unpatched_export, _patched_export
+    with LOCK:
+        if _routes == 0:
+            _unpatched_export = torch.onnx.export
+            _patched_export = torch.onnx.export = _stand_in_for(_unpatched_export)
+        _routes += 1
+    try:
+        yield
+    finally:
+        with LOCK:
+            _routes -= 1
+            if _routes == 0:
+                if torch.onnx.export is _patched_export and _unpatched_export is not None:  # else: leave theirs
+                    torch.onnx.export = _unpatched_export
+                _patched_export = None
+
+
+@contextmanager
+def export_handler(handler: ExportHandler) -> Iterator[None]:
+    """While inside, this thread's ``torch.onnx.export`` calls go to ``handler`` (with the exporter first);
+    handlers nest, and may be left in any order."""
+    with exports_routed():
+        if not hasattr(_handlers, "stack"):
+            _handlers.stack = []
+        _handlers.stack.append(handler)
+        try:
+            yield
+        finally:
+            stack = _handlers.stack
+            del stack[max(i for i, h in enumerate(stack) if h is handler)]
+
+
+def _stand_in_for(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.onnx.export``'s stand-in while patched, with its name, docstring and signature
+    (``functools.wraps``: ``inspect.signature`` follows ``__wrapped__``). Callers read the signature:
+    timm's ``onnx_export`` looks for a ``dynamo`` parameter, and takes the TorchScript exporter, or
+    asserts, where it finds none."""
+
+    @functools.wraps(original)
+    def export(model: Any, args: Any = (), f: Any = None, *rest: Any, **kwargs: Any) -> Any:
+        stack = getattr(_handlers, "stack", None)
+        if not stack:
+            with LOCK:
+                return original(model, args, f, *rest, **kwargs)
+        return stack[-1](original, model, args, f, *rest, **kwargs)
+
+    export.fxpool_stand_in = True  # type: ignore[attr-defined]
+    return export

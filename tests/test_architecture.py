@@ -16,7 +16,7 @@ ALLOWED: dict[str, set[str]] = {
     "guards": {"planning", "steps"},
     "errors": set(),
     "copying": set(),
-    "globalstate": set(),
+    "globalstate": {"errors"},
     "loading": {"errors"},
     "writing": {"errors"},
     "calls": {"errors", "steps"},
@@ -38,7 +38,8 @@ ALLOWED["convert"] = ALLOWED["programs"] | {"programs"}
 ALLOWED["symbolics"] = ALLOWED["convert"] | {"convert"}
 ALLOWED["verifying"] = ALLOWED["symbolics"]
 ALLOWED["exporting"] = ALLOWED["symbolics"] | {"symbolics", "verifying"}
-ALLOWED["cli"] = ALLOWED["__init__"] = ALLOWED["__main__"] = ALLOWED["exporting"] | {"exporting", "cli", "__init__"}
+ALLOWED["hooking"] = ALLOWED["exporting"] | {"exporting"}
+ALLOWED["cli"] = ALLOWED["__init__"] = ALLOWED["__main__"] = ALLOWED["hooking"] | {"hooking", "cli", "__init__"}
 FORBIDDEN_THIRD_PARTY: dict[str, tuple[str, ...]] = {
     "windows": ("torch",),
     "planning": ("torch",),

@@ -1,0 +1,65 @@
+"""The pre-export hook: ``torch.onnx.export`` calls inside ``onnx_export_hook()`` export the converted model.
+
+:func:`onnx_export_hook` pushes a handler for the calling thread on the stand-in of ``torch.onnx.export``
+(:func:`~fxpool.globalstate.export_handler`), so any call from that thread — in scripts the user cannot
+edit too — converts the model (:func:`~fxpool.exporting.convert_for_export`, judged as the export will be),
+refuses dynamic spatial axes a static conversion cannot serve, and exports with fxpool's translations
+registered. Other threads' calls are not converted; they run one at a time with fxpool's. The patch is
+undone when the last hook is left, whatever the order, on exceptions too.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from torch import nn
+
+from .errors import ExportFailedError, FxpoolError
+from .example import read_example
+from .exporting import (
+    check_opset,
+    convert_for_export,
+    export_failure,
+    export_with_translations,
+    refuse_dynamic_spatial_axes_for,
+    require_export_dependencies,
+)
+from .globalstate import export_handler
+from .report import REPORT_ATTRIBUTE, ConversionReport
+
+
+@contextmanager
+def onnx_export_hook(*, strict: bool = False, dynamic: bool = False) -> Iterator[None]:
+    """Within this block, ``torch.onnx.export(model, args, ...)`` exports ``fxpool.convert(model, args)``.
+
+    The caller's model is untouched; already-converted models are exported as they are. The hook
+    applies to the thread that entered it: other threads' exports are not converted, and run one at a
+    time with fxpool's (the exporters' state is process-wide). Blocks may nest and may be left in any
+    order; ``torch.onnx.export`` is restored when the last one is left.
+    """
+    with export_handler(functools.partial(_hooked_export, strict=strict, dynamic=dynamic)):
+        yield
+
+
+def _hooked_export(
+    original: Callable[..., Any], model: Any, args: Any = (), f: Any = None, *rest: Any, strict: bool, dynamic: bool, **kwargs: Any
+) -> Any:
+    """``torch.onnx.export`` in a thread inside a hook: convert, then export with fxpool's translations."""
+    require_export_dependencies(kwargs, False, "torch.onnx.export under fxpool.onnx_export_hook")
+    check_opset(kwargs)
+    if isinstance(model, nn.Module) and not hasattr(model, REPORT_ATTRIBUTE):
+        model = convert_for_export(model, read_example(args, kwargs.get("kwargs")), dynamic, strict)
+    report = getattr(model, REPORT_ATTRIBUTE, None)
+    if isinstance(model, nn.Module) and report is not None:
+        refuse_dynamic_spatial_axes_for(model, kwargs)
+    try:
+        return export_with_translations(original, model, args, f, *rest, **kwargs)
+    except FxpoolError:
+        raise
+    except Exception as error:
+        if isinstance(report, ConversionReport) and report.unexportable:  # say which pools it left, and why
+            raise ExportFailedError(export_failure(error, report)) from error
+        raise
