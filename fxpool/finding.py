@@ -57,11 +57,6 @@ class PoolSite:
     def call_count(self) -> int:
         return len(self.events) if self.calls is None else self.calls
 
-    @property
-    def hooks_from(self) -> nn.Module | None:
-        """The pool module whose hooks a replacement of this one size takes (a table takes them otherwise)."""
-        return self.module if self.size is None else None
-
 
 @dataclass(frozen=True)
 class FoundPools:
