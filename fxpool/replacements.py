@@ -42,11 +42,9 @@ from .planning import choose_plan
 from .sizechecks import (
     check_input,
     exporting,
-    onnx_size_guard,
     plain_eager,
     pool_at,
-    refuse_empty_torchscript_export,
-    traced_size_check,
+    traced_guard,
 )
 from .steps import (
     PoolPlan,
@@ -109,21 +107,16 @@ class ExactAdaptivePool(nn.Module):
 
     @output_size.setter
     def output_size(self, value: int | None | Sequence[int | None]) -> None:
-        requested = normalized_output_size(value, self.plan.spatial_dims, self.location)
-        if requested == self.output_size:
-            return
-        if self.plan.scaled_output:
-            raise PoolCallError(
-                f"{pool_at(self.location)}: its output size follows interpolate's scale_factor; it cannot be set to "
-                f"{requested}. Convert the model again with the new scale."
-            )
-        follows = tuple(size is None for size in requested)
-        out_sizes = tuple(i if size is None else size for i, size in zip(self.plan.in_sizes, requested))
-        scales = [b for name, b in self.named_buffers(recurse=False) if name.startswith("weight_")]
-        constants = [b for name, b in self.named_buffers(recurse=False) if name.startswith(_CONSTANT_PREFIXES)]
-        dtype = scales[0].dtype if scales else torch.float32
-        device = constants[0].device if constants else None
-        self._set_plan(planned(self.plan.family, self.plan.in_sizes, out_sizes, follows), dtype, device)
+        plan = replanned(self.plan, value, self.location)
+        if plan is not self.plan:
+            self._set_plan(plan, *self._constants_dtype_device())
+
+    def _constants_dtype_device(self) -> tuple[torch.dtype, torch.device | None]:
+        """The dtype the window scales are kept in (float32, or float64 for float64 models) and the constants' device."""
+        constants = [(name, b) for name, b in self.named_buffers(recurse=False) if name.startswith(_CONSTANT_PREFIXES)]
+        scales = [b for name, b in constants if name.startswith("weight_")]
+        dtype = torch.float64 if scales and scales[0].dtype == torch.float64 else torch.float32
+        return dtype, constants[0][1].device if constants else None
 
     def __prepare_scriptable__(self) -> nn.Module:
         """``torch.jit.script`` gets the native pool this module stands for (same function, scriptable)."""
@@ -138,11 +131,9 @@ class ExactAdaptivePool(nn.Module):
         # A dtype change would round the window scales, and to_empty() would leave them (and the
         # window indices) uninitialised: rebuild every constant exactly after any conversion.
         super()._apply(fn, recurse)
-        constants = [b for name, b in self.named_buffers(recurse=False) if name.startswith(_CONSTANT_PREFIXES)]
-        if constants:
-            weights = [b for name, b in self.named_buffers(recurse=False) if name.startswith("weight_")]
-            dtype = torch.float64 if weights and weights[0].dtype == torch.float64 else torch.float32
-            self._build_constants(dtype, constants[0].device)
+        dtype, device = self._constants_dtype_device()
+        if device is not None:
+            self._build_constants(dtype, device)
         return self
 
     @property
@@ -167,61 +158,32 @@ class ExactAdaptivePool(nn.Module):
             and _fits(x.shape[-self.plan.spatial_dims :], self._fixed_sizes)
             and not torch.is_autocast_enabled(x.device.type)
         ):
-            return self._run_fast(x, fast)
+            return run_fast(self.plan, x, fast)
         x = check_input(x, self.expected_sizes, self.location)
         if torch.compiler.is_compiling() and not torch.compiler.is_exporting():
             # torch.compile is not an exporter: inductor lowers PyTorch's own pool exactly, and faster
             # than the plain-op form (compiled, 2-8x on the CPU; the issue's H200 run: 1.4-1.6x).
-            return self._native(x)
+            return native_pool(x, *self.fxpool_native_reference)
         eager = isinstance(x, torch.Tensor) and not exporting()  # not a Proxy, nothing traces
         # Under autocast the native pool's own policy decides the output dtype (CPU runs 3d pools in
         # float32, say): in eager, PyTorch's kernel is the exact answer.
         if eager and (self.runs_native_in_eager or torch.is_autocast_enabled(x.device.type)):
-            return self._native(x)
+            return native_pool(x, *self.fxpool_native_reference)
         if eager:
             return run_steps(self, x)
         return self._traced(x)
 
     def _traced(self, x: torch.Tensor) -> torch.Tensor:
         """What a tracer records: the size guard, then the plan's steps (ONNX export's own where it has them)."""
-        if torch.jit.is_tracing() and any(e is not None for e in self.expected_sizes):
-            if torch.onnx.is_in_onnx_export():
-                refuse_empty_torchscript_export(x, self.location)
-                x = onnx_size_guard(x, self.expected_sizes, self.location)
-            else:
-                x = traced_size_check(x, self.expected_sizes, self.location)
-        elif torch.jit.is_tracing() and torch.onnx.is_in_onnx_export():
-            refuse_empty_torchscript_export(x, self.location)
+        x = traced_guard(x, self.expected_sizes, self.location)
+        return self._batched(x, onnx=bool(self.plan.onnx_steps) and torch.onnx.is_in_onnx_export())
+
+    def _batched(self, x: torch.Tensor, onnx: bool) -> torch.Tensor:
+        """The plan's steps (ONNX export's own where ``onnx``); unbatched input runs as a batch of one, since
+        ONNX pools and the TorchScript exporter's symbolics read the first two axes as batch and channels."""
         if isinstance(x, torch.Tensor) and x.dim() == self.plan.spatial_dims + 1:
-            # Unbatched: the steps run on a batch of one. ONNX pools and the TorchScript exporter's
-            # symbolics read the first two axes as batch and channels.
-            return self._traced_steps(x.unsqueeze(0)).squeeze(0)
-        return self._traced_steps(x)
-
-    def _traced_steps(self, x: torch.Tensor) -> torch.Tensor:
-        if self.plan.onnx_steps and torch.onnx.is_in_onnx_export():
-            return run_onnx_steps(self, x)
-        return run_steps(self, x)
-
-    def _native(self, x: torch.Tensor) -> torch.Tensor:
-        """PyTorch's own adaptive pool this module stands for."""
-        family, out_sizes = self.fxpool_native_reference
-        dims = self.plan.spatial_dims
-        sizes = [x.shape[axis - dims] if size is None else size for axis, size in enumerate(out_sizes)]
-        native: Any = (_NATIVE_AVG if family == "avg" else _NATIVE_MAX)[dims]
-        return native(x, sizes)
-
-    def _run_fast(self, x: torch.Tensor, kind: str) -> torch.Tensor:
-        """The one-call eager form of a one-step plan (see :func:`_fast_eager_kind`)."""
-        plan, dims = self.plan, self.plan.spatial_dims
-        step = plan.steps[0]
-        if kind == "native":
-            native: Any = (_NATIVE_AVG if plan.family == "avg" else _NATIVE_MAX)[dims]
-            return native(x, list(plan.out_sizes))
-        if kind == "mean":
-            return x.mean([a - dims for a in step.axes], keepdim=True)  # type: ignore[union-attr]
-        assert kind == "pool" and isinstance(step, PoolStep)
-        return (AVG_POOLS if step.family == "avg" else MAX_POOLS)[dims](x, step.kernel, step.stride)
+            return self._batched(x.unsqueeze(0), onnx).squeeze(0)
+        return run_onnx_steps(self, x) if onnx else run_steps(self, x)
 
     def traced_form(self, x: torch.Tensor) -> torch.Tensor:
         """What exporters, ``torch.jit.trace``, ``torch.compile`` and ``torch.fx`` see, run in eager.
@@ -229,17 +191,11 @@ class ExactAdaptivePool(nn.Module):
         The self-check runs it beside ``forward`` where the two differ, so the form that is exported
         is proven on the example too.
         """
-        x = check_input(x, self.expected_sizes, self.location)
-        if x.dim() == self.plan.spatial_dims + 1:
-            return run_steps(self, x.unsqueeze(0)).squeeze(0)
-        return run_steps(self, x)
+        return self._batched(check_input(x, self.expected_sizes, self.location), onnx=False)
 
     def onnx_form(self, x: torch.Tensor) -> torch.Tensor:
         """What ONNX export sees (the plan's ``onnx_steps`` where it has them), run in eager."""
-        x = check_input(x, self.expected_sizes, self.location)
-        if x.dim() == self.plan.spatial_dims + 1:
-            return self.onnx_form(x.unsqueeze(0)).squeeze(0)
-        return run_onnx_steps(self, x) if self.plan.onnx_steps else run_steps(self, x)
+        return self._batched(check_input(x, self.expected_sizes, self.location), onnx=bool(self.plan.onnx_steps))
 
     @property
     def runs_native_in_eager(self) -> bool:
@@ -274,6 +230,39 @@ def normalized_output_size(value: int | None | Sequence[int | None], dims: int, 
 def planned(family: str, in_sizes: tuple[int, ...], out_sizes: tuple[int, ...], follows: tuple[bool, ...]) -> PoolPlan:
     """``choose_plan``, remembered: a forward that sets its pool's output size on every call plans once per size."""
     return choose_plan(family, in_sizes, out_sizes, follows)  # type: ignore[arg-type]
+
+
+def replanned(plan: PoolPlan, value: int | None | Sequence[int | None], location: str) -> PoolPlan:
+    """The plan at the same input sizes for another ``output_size`` (``plan`` itself where it is the same)."""
+    requested = normalized_output_size(value, plan.spatial_dims, location)
+    if requested == tuple(None if a.follows_input else a.out_size for a in plan.axes):
+        return plan
+    if plan.scaled_output:
+        raise PoolCallError(
+            f"{pool_at(location)}: its output size follows interpolate's scale_factor; it cannot be set to "
+            f"{requested}. Convert the model again with the new scale."
+        )
+    follows = tuple(size is None for size in requested)
+    out_sizes = tuple(i if size is None else size for i, size in zip(plan.in_sizes, requested))
+    return planned(plan.family, plan.in_sizes, out_sizes, follows)
+
+
+def native_pool(x: torch.Tensor, family: str, out_sizes: tuple[int | None, ...]) -> torch.Tensor:
+    """PyTorch's own adaptive pool of this family and output size (``None``: the input's size) on ``x``."""
+    dims = len(out_sizes)
+    sizes = [x.shape[axis - dims] if size is None else size for axis, size in enumerate(out_sizes)]
+    return native_pool_function(family, dims)(x, sizes)
+
+
+def run_fast(plan: PoolPlan, x: torch.Tensor, kind: str) -> torch.Tensor:
+    """The one-call eager form of a one-step plan (see :func:`_fast_eager_kind`)."""
+    dims, step = plan.spatial_dims, plan.steps[0]
+    if kind == "native":
+        return native_pool_function(plan.family, dims)(x, list(plan.out_sizes))
+    if kind == "mean":
+        return x.mean([a - dims for a in step.axes], keepdim=True)  # type: ignore[union-attr]
+    assert kind == "pool" and isinstance(step, PoolStep)
+    return (AVG_POOLS if step.family == "avg" else MAX_POOLS)[dims](x, step.kernel, step.stride)
 
 
 def native_pool_function(family: str, dims: int) -> Any:

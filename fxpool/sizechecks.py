@@ -136,6 +136,18 @@ def _check_sizes_scripted(x: torch.Tensor, expected: list[int], location: str) -
     return x
 
 
+def traced_guard(x: torch.Tensor, expected: tuple[int | None, ...], location: str) -> torch.Tensor:
+    """The size check a tracer records for a replacement made for ``expected`` sizes: under the TorchScript
+    ONNX exporter an empty input is refused and the ONNX size guard put on the data path; under
+    ``torch.jit.trace`` alone the traced check; elsewhere ``x`` as it is."""
+    if not torch.jit.is_tracing():
+        return x
+    if torch.onnx.is_in_onnx_export():
+        refuse_empty_torchscript_export(x, location)
+        return onnx_size_guard(x, expected, location) if any(e is not None for e in expected) else x
+    return traced_size_check(x, expected, location) if any(e is not None for e in expected) else x
+
+
 def refuse_empty_torchscript_export(x: torch.Tensor, location: str) -> None:
     """Raise `PoolCallError` for an empty input under the TorchScript ONNX exporter, whose Reshape symbolic
     divides by the element count and kills the process (the stock export of a native pool refuses it too)."""
