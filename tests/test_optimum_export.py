@@ -39,6 +39,25 @@ def test_optimums_export_through_the_hook_is_exact_at_sizes_it_was_not_exported_
 
 
 @needs_optimum
+def test_main_export_of_a_saved_model_through_the_hook(tmp_path, monkeypatch) -> None:
+    """optimum's ``main_export`` (what ``optimum-cli export onnx`` calls) from a local folder, offline."""
+    import onnxruntime
+    from optimum.exporters.onnx import main_export
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model = optimum_export.MODELS["upernet-convnext"][0]().eval()
+    model.save_pretrained(tmp_path / "saved")
+    optimum_export.register_segmentation_task(model.config.model_type)
+    with warnings.catch_warnings(), fxpool.onnx_export_hook(dynamic=True):
+        warnings.simplefilter("ignore")
+        main_export(str(tmp_path / "saved"), tmp_path / "onnx", task="semantic-segmentation", height=256, width=256)
+    session = onnxruntime.InferenceSession(str(tmp_path / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
+    for size in optimum_export.ANY_SIZE:
+        check = optimum_export.check_size(session, model, size)
+        assert check.exact, check
+
+
+@needs_optimum
 def test_the_hook_without_dynamic_true_refuses_optimums_dynamic_axes(tmp_path) -> None:
     from optimum.exporters.onnx import onnx_export_from_model
 
