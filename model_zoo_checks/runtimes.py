@@ -155,6 +155,9 @@ class Row:
     fxpool: RuntimeRun
 
 
+# Dynamic cases also run by the program route: torch.export with Dims first, then fxpool.convert(program).
+PROGRAM_ROUTE = ("psp pyramid dynamic", "alexnet dynamic")
+
 # Dynamic cases XNNPACK does not lower, with why; they run on ExecuTorch's portable kernels instead.
 XNNPACK_REFUSES = {
     "max dynamic 10->7": (
@@ -173,6 +176,7 @@ class DynamicRow:
     model: str
     lowered: RuntimeRun  # the export and lowering: its ops, or why it failed (``ran`` is None)
     runs: tuple[tuple[tuple[int, ...], RuntimeRun], ...] = ()  # (spatial size, its run), the example's first
+    route: str = "module"  # "module": convert(model, x, dynamic=True), then export; "program": export, then convert
 
     @property
     def exact(self) -> bool:
@@ -361,10 +365,11 @@ def check(runtime: str, name: str, log: Path) -> Row:
     return Row(runtime, name, original, ours)
 
 
-def check_dynamic(name: str, log: Path, xnnpack: bool = True) -> DynamicRow:
+def check_dynamic(name: str, log: Path, xnnpack: bool = True, route: str = "module") -> DynamicRow:
     """``DYNAMIC_MODELS[name]`` converted with ``dynamic=True``, exported once with a bounded ``Dim`` per
-    spatial axis, lowered for ExecuTorch (XNNPACK where ``xnnpack``, else the portable kernels alone), and
-    run at the example's size and three others."""
+    spatial axis (``route="program"``: the original exported with them, then ``fxpool.convert`` of the
+    program, which keeps them), lowered for ExecuTorch (XNNPACK where ``xnnpack``, else the portable kernels
+    alone), and run at the example's size and three others."""
     from executorch.runtime import Runtime
     from torch.export import Dim
 
@@ -377,16 +382,18 @@ def check_dynamic(name: str, log: Path, xnnpack: bool = True) -> DynamicRow:
     start = time.perf_counter()
     with captured(log), tempfile.TemporaryDirectory() as workdir:
         try:
-            converted = fxpool.convert(model, x, dynamic=True).eval()
             dims = {axis: Dim(f"s{axis}", min=low, max=high) for axis in range(2, x.dim())}
-            program = torch.export.export(converted, (x,), dynamic_shapes=(dims,))
+            if route == "program":
+                program = fxpool.convert(torch.export.export(model, (x,), dynamic_shapes=(dims,)))
+            else:
+                converted = fxpool.convert(model, x, dynamic=True).eval()
+                program = torch.export.export(converted, (x,), dynamic_shapes=(dims,))
             buffer, ops, delegated = _lower_executorch(program, Path(workdir), xnnpack)
             loaded = Runtime.get().load_program(buffer)
             method = loaded.load_method("forward")
         except Exception as error:
-            return DynamicRow(
-                runtime, name, RuntimeRun(False, False, reason=_first_line(error), seconds=time.perf_counter() - start)
-            )
+            failed = RuntimeRun(False, False, reason=_first_line(error), seconds=time.perf_counter() - start)
+            return DynamicRow(runtime, name, failed, route=route)
         lowered = RuntimeRun(True, None, ops=dict(ops), delegated=delegated, seconds=time.perf_counter() - start)
         runs = []
         for size in [tuple(shape[2:]), *sizes]:
@@ -400,7 +407,7 @@ def check_dynamic(name: str, log: Path, xnnpack: bool = True) -> DynamicRow:
                 continue
             error, bound = _error(output, expected, exact) if output.shape == expected.shape else (float("inf"), 0.0)
             runs.append((size, RuntimeRun(True, True, error, bound)))
-    return DynamicRow(runtime, name, lowered, tuple(runs))
+    return DynamicRow(runtime, name, lowered, tuple(runs), route)
 
 
 def dynamic_markdown(rows: Sequence[DynamicRow]) -> str:
@@ -408,14 +415,15 @@ def dynamic_markdown(rows: Sequence[DynamicRow]) -> str:
     lines = ["| model | kernels | program | sizes: max error |", "|---|---|---|---|"]
     for row in rows:
         kernels = "XNNPACK, portable" if row.runtime == "executorch" else "portable"
+        model = f"{row.model} (program route)" if row.route == "program" else row.model
         if not row.lowered.converted:
-            lines.append(f"| {row.model} | {kernels} | {_run_cell(row.lowered, True)} | |")
+            lines.append(f"| {model} | {kernels} | {_run_cell(row.lowered, True)} | |")
             continue
         cells = []
         for size, run in row.runs:
             where = "x".join(map(str, size))
             cells.append(f"{where}: {_run_cell(run).removeprefix('runs, ')}" if run.ran else f"{where}: fails, `{run.reason}`")
-        lines.append(f"| {row.model} | {kernels} | {_ops_cell(row.lowered)} | {'; '.join(cells)} |")
+        lines.append(f"| {model} | {kernels} | {_ops_cell(row.lowered)} | {'; '.join(cells)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -519,6 +527,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 dynamic.append(row)
                 cells = [f"{'x'.join(map(str, size))}: {_run_cell(run)}" for size, run in row.runs]
                 print(f"{row.runtime:19s} {name:26s} {'; '.join(cells) or _run_cell(row.lowered)}", file=out, flush=True)
+            if name in PROGRAM_ROUTE:
+                dynamic.append(
+                    check_dynamic(name, report / "logs" / f"executorch-program-{name.replace(' ', '_')}.log", route="program")
+                )
+                cells = [f"{'x'.join(map(str, size))}: {_run_cell(run)}" for size, run in dynamic[-1].runs]
+                print(f"{'executorch':19s} {name + ' (program)':26s} {'; '.join(cells)}", file=out, flush=True)
     report.mkdir(parents=True, exist_ok=True)
     results = {
         "torch": torch.__version__,

@@ -51,7 +51,8 @@ def test_fxpools_conversion_converts_and_runs_exactly(runtime: str, model: str, 
         assert outside(ours) <= outside(row.original), (ours.ops, row.original.ops)
 
 
-# Every dynamic case with XNNPACK, and the ones XNNPACK refuses on the portable kernels alone.
+# Every dynamic case with XNNPACK, the ones XNNPACK refuses on the portable kernels alone, and some by the
+# program route (torch.export with Dims, then fxpool.convert of the program).
 DYNAMIC_CASES = [
     *(
         pytest.param(
@@ -64,6 +65,7 @@ DYNAMIC_CASES = [
         for name in runtimes.DYNAMIC_MODELS
     ),
     *((name, "portable") for name in runtimes.XNNPACK_REFUSES),
+    *((name, "program route") for name in runtimes.PROGRAM_ROUTE),
 ]
 
 
@@ -71,12 +73,14 @@ DYNAMIC_CASES = [
 def test_a_dynamic_conversion_runs_on_executorch_exactly_at_sizes_it_was_not_exported_at(
     model: str, kernels: str, tmp_path
 ) -> None:
-    """``fxpool.convert(model, x, dynamic=True)``, ``torch.export`` with a bounded Dim per spatial axis, lowered
-    once (``to_edge_transform_and_lower``), run by ExecuTorch's runtime at the example's size and three others."""
+    """``fxpool.convert(model, x, dynamic=True)``, ``torch.export`` with a bounded Dim per spatial axis (or, by
+    the program route, ``fxpool.convert`` of the original's program with them), lowered once
+    (``to_edge_transform_and_lower``), run by ExecuTorch's runtime at the example's size and three others."""
     why_not = runtimes.available("executorch")
     if why_not:
         pytest.skip(f"executorch: {why_not}")
-    row = runtimes.check_dynamic(model, tmp_path / "case.log", xnnpack=kernels == "xnnpack")
+    route = "program" if kernels == "program route" else "module"
+    row = runtimes.check_dynamic(model, tmp_path / "case.log", xnnpack=kernels != "portable", route=route)
     assert row.lowered.converted, row.lowered.reason
     assert not any("adaptive" in op for op in row.lowered.ops), row.lowered.ops
     sizes = [size for size, _ in row.runs]
