@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: zoo test test-all lint docs figures bench runtimes gpu-checks gpu-wheels clean
+.PHONY: zoo test test-all lint docs figures bench runtimes optimum gpu-checks gpu-wheels clean
 
 RT_VENV := .venv-runtimes
 RT_STAMP := $(RT_VENV)/.installed
@@ -53,6 +53,22 @@ runtimes: $(RT_STAMP)  ## the original and fxpool's conversion on ExecuTorch, Li
 	PYTHONPATH=$(CURDIR) $(RT_VENV)/bin/python -m model_zoo_checks.runtimes $(RUNTIMES_ARGS)
 	PYTHONPATH=$(CURDIR) $(RT_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/test_runtimes.py
 
+# Hugging Face's ONNX exporter: optimum-onnx 0.1.0 needs transformers < 4.58, below .venv's, so its venv is a
+# venv of its own (not layered over .venv: two transformers would meet), with the pins of constraints.txt
+# but transformers'.
+OPT_VENV := .venv-optimum
+OPT_STAMP := $(OPT_VENV)/.installed
+
+$(OPT_STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(OPT_VENV)
+	grep -v '^transformers==' constraints.txt > $(OPT_VENV)/constraints.txt
+	$(OPT_VENV)/bin/python -m pip install -qq -c $(OPT_VENV)/constraints.txt -e '.[onnx]' optimum-onnx 'transformers==4.57.6' pytest
+	touch $(OPT_STAMP)
+
+optimum: $(OPT_STAMP)  ## Hugging Face's ONNX exporter with dynamic axes, through the hook: UperNet, BEiT, Data2Vec-vision
+	PYTHONPATH=$(CURDIR) $(OPT_VENV)/bin/python -m model_zoo_checks.optimum_export $(OPTIMUM_ARGS)
+	PYTHONPATH=$(CURDIR) $(OPT_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/test_optimum_export.py
+
 # On a bare GPU machine (its own python3 and torch, no .venv, no network): make gpu-wheels here first,
 # and carry .whl/ along; the results go to $$OUT or reports/gpu/ (gpu.md holds the tables).
 gpu-checks:  ## every GPU check in one call: cuda tests, pools, whole models, compile, AOTInductor, zoo slice
@@ -63,4 +79,4 @@ gpu-wheels:  ## the optional packages the GPU machine lacks, as wheels in .whl/ 
 		-d .whl segmentation_models_pytorch==0.6.0 onnxscript==0.7.2 onnx-ir==1.1.0 ml_dtypes
 
 clean:
-	rm -rf $(VENV) $(RT_VENV) reports site
+	rm -rf $(VENV) $(RT_VENV) $(OPT_VENV) reports site

@@ -13,6 +13,10 @@ XNNPACK took). Runtimes, each optional (absent ones are reported, not failed):
   in float32;
 - ``tensorrt``: the ONNX graph built into a TensorRT engine; CUDA only (``gpu_checks.sh``).
 
+Dynamic sizes (``DYNAMIC_MODELS``, ExecuTorch): ``fxpool.convert(model, x, dynamic=True)``, then
+``torch.export.export`` with a bounded ``Dim`` on each spatial axis, lowered once as above and run by
+ExecuTorch's runtime at the example's size and three sizes it was never exported at, against eager.
+
 Run ``python -m model_zoo_checks.runtimes`` (``make runtimes``); it writes ``REPORT/runtimes.json``,
 ``REPORT/runtimes.md`` and each case's third-party output under ``REPORT/logs/``.
 """
@@ -92,6 +96,37 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], str]] = {
 DEFAULT_MODELS = tuple(MODELS)
 
 
+def _pvt_v2() -> nn.Module:
+    import timm
+
+    # linear attention pools each stage's keys to 7x7 (40, 20, 10 and 5 at 160): a non-global pool
+    return timm.create_model("pvt_v2_b0", pretrained=False, linear=True, num_classes=10, depths=(1, 1, 1, 1))
+
+
+# name: (builder, example shape, three spatial sizes the program is not exported at, Dim bounds, what it shows).
+# The bounds keep every feature map at 2 or more: where a conv's output may be 1, torch.export refuses the
+# Dims for the original model too ("generated guard ... != 1"; alexnet below 96).
+DYNAMIC_MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], list[tuple[int, ...]], tuple[int, int], str]] = {
+    "alexnet dynamic": (_torchvision("alexnet"), (1, 3, 160, 160), [(128, 128), (224, 224), (200, 256)], (96, 320), "->6x6"),
+    "pvt_v2 dynamic": (_pvt_v2, (1, 3, 160, 160), [(128, 128), (192, 160), (224, 224)], (64, 320), "timm, 4 pools ->7x7"),
+    "psp pyramid dynamic": (PyramidPooling, (1, 8, 40, 40), [(33, 33), (64, 48), (97, 80)], (16, 256), "->1, 2, 3, 6"),
+    "max dynamic 10->7": (
+        lambda: nn.Sequential(nn.AdaptiveMaxPool2d(7)),
+        (1, 8, 10, 10),
+        [(13, 11), (20, 20), (5, 7)],
+        (4, 64),
+        "max",
+    ),
+    "3d dynamic 7x10x10->3x5x5": (
+        lambda: nn.Sequential(nn.AdaptiveAvgPool3d((3, 5, 5))),
+        (1, 8, 7, 10, 10),
+        [(5, 12, 9), (9, 10, 16), (4, 4, 6)],
+        (3, 32),
+        "3d",
+    ),
+}
+
+
 @dataclass(frozen=True)
 class RuntimeRun:
     """One model form on one runtime."""
@@ -120,6 +155,34 @@ class Row:
     fxpool: RuntimeRun
 
 
+# Dynamic cases also run by the program route: torch.export with Dims first, then fxpool.convert(program).
+PROGRAM_ROUTE = ("psp pyramid dynamic", "alexnet dynamic")
+
+# Dynamic cases XNNPACK does not lower, with why; they run on ExecuTorch's portable kernels instead.
+XNNPACK_REFUSES = {
+    "max dynamic 10->7": (
+        "XNNPACK's partitioner takes the dynamic max form's aten.max.dim (keepdim=False), then its op_max_dim "
+        "visitor refuses it at preprocess: 'RuntimeError: amax.default only supports keep_dim == True' "
+        "(executorch 1.5.1); the portable kernels run it exactly"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class DynamicRow:
+    """A ``dynamic=True`` conversion exported once with Dims, on one runtime at several sizes."""
+
+    runtime: str  # "executorch" (XNNPACK and portable kernels) or "executorch-portable"
+    model: str
+    lowered: RuntimeRun  # the export and lowering: its ops, or why it failed (``ran`` is None)
+    runs: tuple[tuple[tuple[int, ...], RuntimeRun], ...] = ()  # (spatial size, its run), the example's first
+    route: str = "module"  # "module": convert(model, x, dynamic=True), then export; "program": export, then convert
+
+    @property
+    def exact(self) -> bool:
+        return self.lowered.converted and bool(self.runs) and all(run.ran and run.exact for _, run in self.runs)
+
+
 def _first_line(error: BaseException) -> str:
     """The error's first line, uncoloured, without this machine's paths (the report is published)."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip().splitlines()  # exporters colour their messages
@@ -135,22 +198,30 @@ def _error(ours: torch.Tensor, expected: torch.Tensor, exact: bool) -> tuple[flo
 # --- runtimes: each takes (model, example, workdir) and returns (output or None, ops, delegated) ---
 
 
-def _executorch(model: nn.Module, x: torch.Tensor, workdir: Path) -> tuple[torch.Tensor | None, Counter, str | None]:
+def _lower_executorch(program: torch.export.ExportedProgram, workdir: Path, xnnpack: bool = True) -> tuple[bytes, Counter, str]:
+    """``program`` lowered with the XNNPACK partitioner (or ExecuTorch's portable kernels alone) and written
+    to ``model.pte``: the program's bytes (the runtime reads them in place: keep them while a method loaded
+    from them runs), the ops of the lowered program and what XNNPACK took."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
-    from executorch.runtime import Runtime
 
-    lowered = to_edge_transform_and_lower(torch.export.export(model, (x,)), partitioner=[XnnpackPartitioner()])
+    lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()] if xnnpack else [])
     ops: Counter = Counter()
     for node in lowered.exported_program().graph.nodes:
         if node.op == "call_function" and "getitem" not in str(node.target):
             ops[getattr(node.target, "__name__", str(node.target)).split(".")[0]] += 1
     calls = ops["executorch_call_delegate"]
-    delegated = f"{calls} delegate call(s), {sum(ops.values()) - calls} op(s) outside XNNPACK"
-    program = lowered.to_executorch()
-    (workdir / "model.pte").write_bytes(program.buffer)
-    method = Runtime.get().load_program(program.buffer).load_method("forward")
-    return method.execute([x])[0], ops, delegated
+    delegated = f"{calls} delegate call(s), {sum(ops.values()) - calls} op(s) outside XNNPACK" if xnnpack else "portable kernels"
+    buffer = lowered.to_executorch().buffer
+    (workdir / "model.pte").write_bytes(buffer)
+    return buffer, ops, delegated
+
+
+def _executorch(model: nn.Module, x: torch.Tensor, workdir: Path) -> tuple[torch.Tensor | None, Counter, str | None]:
+    from executorch.runtime import Runtime
+
+    buffer, ops, delegated = _lower_executorch(torch.export.export(model, (x,)), workdir)
+    return Runtime.get().load_program(buffer).load_method("forward").execute([x])[0], ops, delegated
 
 
 def _litert(model: nn.Module, x: torch.Tensor, workdir: Path) -> tuple[torch.Tensor | None, Counter, str | None]:
@@ -232,14 +303,24 @@ RUNTIMES: dict[str, tuple[str, Callable[..., tuple[torch.Tensor | None, Counter,
 }
 
 
+# The line that installs each runtime (make .venv-runtimes/.installed installs the first three and NNCF).
+INSTALL = {
+    "executorch": 'pip install "fxpool[executorch]"',
+    "litert": 'pip install "fxpool[litert]"',
+    "coreml": 'pip install "fxpool[coreml]"',
+    "openvino": 'pip install "fxpool[crosscheck]"',
+    "tensorrt": "pip install tensorrt, on a CUDA machine",
+}
+
+
 def available(runtime: str) -> str | None:
-    """None if ``runtime`` can run here, else why not."""
+    """None if ``runtime`` can run here, else why not, with the line that installs it."""
     import importlib
 
     try:
         importlib.import_module(RUNTIMES[runtime][0])
     except Exception as error:  # ImportError, or a broken install
-        return f"not installed ({_first_line(error)})"
+        return f"not installed ({_first_line(error)}): {INSTALL[runtime]}"
     if runtime == "tensorrt" and not torch.cuda.is_available():
         return "needs a CUDA device"
     return None
@@ -282,6 +363,68 @@ def check(runtime: str, name: str, log: Path) -> Row:
         else:
             ours = run_form(runtime, converted, x, ours=False, exact=exact)
     return Row(runtime, name, original, ours)
+
+
+def check_dynamic(name: str, log: Path, xnnpack: bool = True, route: str = "module") -> DynamicRow:
+    """``DYNAMIC_MODELS[name]`` converted with ``dynamic=True``, exported once with a bounded ``Dim`` per
+    spatial axis (``route="program"``: the original exported with them, then ``fxpool.convert`` of the
+    program, which keeps them), lowered for ExecuTorch (XNNPACK where ``xnnpack``, else the portable kernels
+    alone), and run at the example's size and three others."""
+    from executorch.runtime import Runtime
+    from torch.export import Dim
+
+    builder, shape, sizes, (low, high), _ = DYNAMIC_MODELS[name]
+    torch.manual_seed(0)
+    model = builder().eval()
+    x = torch.randn(shape)
+    exact = name.startswith("max")  # max pooling alone: nothing else may round
+    runtime = "executorch" if xnnpack else "executorch-portable"
+    start = time.perf_counter()
+    with captured(log), tempfile.TemporaryDirectory() as workdir:
+        try:
+            dims = {axis: Dim(f"s{axis}", min=low, max=high) for axis in range(2, x.dim())}
+            if route == "program":
+                program = fxpool.convert(torch.export.export(model, (x,), dynamic_shapes=(dims,)))
+            else:
+                converted = fxpool.convert(model, x, dynamic=True).eval()
+                program = torch.export.export(converted, (x,), dynamic_shapes=(dims,))
+            buffer, ops, delegated = _lower_executorch(program, Path(workdir), xnnpack)
+            loaded = Runtime.get().load_program(buffer)
+            method = loaded.load_method("forward")
+        except Exception as error:
+            failed = RuntimeRun(False, False, reason=_first_line(error), seconds=time.perf_counter() - start)
+            return DynamicRow(runtime, name, failed, route=route)
+        lowered = RuntimeRun(True, None, ops=dict(ops), delegated=delegated, seconds=time.perf_counter() - start)
+        runs = []
+        for size in [tuple(shape[2:]), *sizes]:
+            y = torch.randn(*shape[:2], *size)
+            with torch.no_grad():
+                expected = model(y)
+            try:
+                output = method.execute([y])[0]
+            except Exception as error:
+                runs.append((size, RuntimeRun(True, False, reason=_first_line(error))))
+                continue
+            error, bound = _error(output, expected, exact) if output.shape == expected.shape else (float("inf"), 0.0)
+            runs.append((size, RuntimeRun(True, True, error, bound)))
+    return DynamicRow(runtime, name, lowered, tuple(runs), route)
+
+
+def dynamic_markdown(rows: Sequence[DynamicRow]) -> str:
+    """One row per model: the lowered program, then the error at each size."""
+    lines = ["| model | kernels | program | sizes: max error |", "|---|---|---|---|"]
+    for row in rows:
+        kernels = "XNNPACK, portable" if row.runtime == "executorch" else "portable"
+        model = f"{row.model} (program route)" if row.route == "program" else row.model
+        if not row.lowered.converted:
+            lines.append(f"| {model} | {kernels} | {_run_cell(row.lowered, True)} | |")
+            continue
+        cells = []
+        for size, run in row.runs:
+            where = "x".join(map(str, size))
+            cells.append(f"{where}: {_run_cell(run).removeprefix('runs, ')}" if run.ran else f"{where}: fails, `{run.reason}`")
+        lines.append(f"| {model} | {kernels} | {_ops_cell(row.lowered)} | {'; '.join(cells)} |")
+    return "\n".join(lines) + "\n"
 
 
 _NOTABLE = (
@@ -351,6 +494,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m model_zoo_checks.runtimes", description=__doc__.splitlines()[0])
     parser.add_argument("--runtimes", nargs="*", choices=list(RUNTIMES), default=list(RUNTIMES))
     parser.add_argument("--models", nargs="*", choices=list(MODELS), default=list(DEFAULT_MODELS))
+    parser.add_argument(
+        "--dynamic-models", nargs="*", choices=list(DYNAMIC_MODELS), default=list(DYNAMIC_MODELS), help="with ExecuTorch"
+    )
     parser.add_argument("--report", default="reports/runtimes")
     args = parser.parse_args(argv)
     report = Path(args.report)
@@ -372,20 +518,45 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=out,
                 flush=True,
             )
+    dynamic: list[DynamicRow] = []
+    if "executorch" in args.runtimes and "executorch" not in skipped:
+        for name in args.dynamic_models:
+            for xnnpack in (True, False) if name in XNNPACK_REFUSES else (True,):
+                log = report / "logs" / f"executorch-{'' if xnnpack else 'portable-'}{name.replace(' ', '_').replace('>', '')}.log"
+                row = check_dynamic(name, log, xnnpack)
+                dynamic.append(row)
+                cells = [f"{'x'.join(map(str, size))}: {_run_cell(run)}" for size, run in row.runs]
+                print(f"{row.runtime:19s} {name:26s} {'; '.join(cells) or _run_cell(row.lowered)}", file=out, flush=True)
+            if name in PROGRAM_ROUTE:
+                dynamic.append(
+                    check_dynamic(name, report / "logs" / f"executorch-program-{name.replace(' ', '_')}.log", route="program")
+                )
+                cells = [f"{'x'.join(map(str, size))}: {_run_cell(run)}" for size, run in dynamic[-1].runs]
+                print(f"{'executorch':19s} {name + ' (program)':26s} {'; '.join(cells)}", file=out, flush=True)
     report.mkdir(parents=True, exist_ok=True)
-    results = {"torch": torch.__version__, **run_facts(), "skipped": skipped, "rows": [asdict(r) for r in rows]}
+    results = {
+        "torch": torch.__version__,
+        **run_facts(),
+        "skipped": skipped,
+        "rows": [asdict(r) for r in rows],
+        "dynamic": [asdict(r) for r in dynamic],
+    }
     (report / "runtimes.json").write_text(json.dumps(results, indent=2))
     draw_figures("runtimes", results, report / "runtimes.json", out)
     text = markdown(rows) + "".join(f"\n{r}: skipped, {why}\n" for r, why in skipped.items())
+    if dynamic:
+        text += "\n### ExecuTorch, dynamic sizes\n\n" + dynamic_markdown(dynamic)
     (report / "runtimes.md").write_text(text)
     failed = [r for r in rows if not (r.fxpool.converted and r.fxpool.ran is not False and r.fxpool.exact is not False)]
     print(
         f"\n{len(rows)} runtime x model cases, fxpool's conversion converts and runs exactly on "
-        f"{len(rows) - len(failed)}; report in {report}",
+        f"{len(rows) - len(failed)}; dynamic sizes on ExecuTorch: {sum(r.exact for r in dynamic)} of {len(dynamic)} exact at "
+        f"every size ({', '.join(XNNPACK_REFUSES)}: XNNPACK refuses, see XNNPACK_REFUSES); report in {report}",
         file=out,
         flush=True,
     )
-    return 1 if failed else 0
+    refused = [r for r in dynamic if not r.exact and not (r.runtime == "executorch" and r.model in XNNPACK_REFUSES)]
+    return 1 if failed or refused else 0
 
 
 if __name__ == "__main__":
