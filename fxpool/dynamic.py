@@ -107,50 +107,78 @@ def _nan_where_flagged(maxima: torch.Tensor, windows: torch.Tensor, dim: int, ke
     return torch.where(torch.isnan(flags), float("nan"), maxima)
 
 
+def _symbolic(length: Any) -> bool:
+    """Whether ``length`` is a symbolic size (``torch.export`` with a dynamic dimension): there a block of a
+    size that may be 0 or 1 adds a guard named ``Dim``\\ s refuse, so blocks are sized ``ceil(L/o) + 1 >= 2``."""
+    return isinstance(length, torch.SymInt) or torch.compiler.is_compiling()  # strict export: dynamo's variables
+
+
 def window_sums(y: torch.Tensor, dim: int, dims: int, out_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Each window's sum along spatial axis ``dim`` of a :func:`spatial_first` tensor of ``dims`` spatial
     axes, and its size (``(o,)``), from ``y``'s runtime length.
 
-    Every window holds its first ``L // o`` entries, gathered and summed unmasked; it holds at most two
-    more, gathered (clamped into the window) and masked to zero by Where where they lie past its end.
+    Every window holds its first ``L // o`` entries: gathered unmasked, in two halves (each block about
+    half the tensor, so the input, its spatial-first copy and one block are what lives at once), and
+    summed. It holds at most two more: each gathered as one entry per window (clamped into the window)
+    and masked to zero by Where where it lies past the window's end.
     """
     length = y.shape[dim]
     starts, ends = runtime_window_bounds(length, out_size, y.device)
     if out_size == 1:
         return _sum(y, dim, dims + 1).unsqueeze(dim), ends - starts
-    if not torch.jit.is_tracing():
-        # torch.export: one block of ceil(L/o) + 1 >= 2 entries per window, masked. A block of L // o
-        # entries may hold 0 or 1, and torch.export then guards on it (its contiguity), which named Dims
-        # with bounds refuse.
+    if _symbolic(length):
         span = _div(length + (out_size - 1), out_size) + 1
-        positions = starts.unsqueeze(1) + torch.arange(span, device=y.device)
+        positions = _positions(starts, 0, span, y)
         inside = positions < ends.unsqueeze(1)
         windows = gather_windows(y, dim, torch.minimum(positions, ends.unsqueeze(1) - 1))
         return _sum(torch.where(_along(inside, dim, dims), windows, 0.0), dim + 1, dims + 2), ends - starts
     fewest = _div(length, out_size)
-    first = starts.unsqueeze(1)
-    sure = first + torch.arange(fewest, device=y.device)  # (o, L // o)
-    extra = first + fewest + torch.arange(2, device=y.device)  # (o, 2)
-    inside = extra < ends.unsqueeze(1)
-    more = gather_windows(y, dim, torch.minimum(extra, ends.unsqueeze(1) - 1))
-    more = torch.where(_along(inside, dim, dims), more, 0.0)
-    return _sum(gather_windows(y, dim, sure), dim + 1, dims + 2) + _sum(more, dim + 1, dims + 2), ends - starts
+    half = _div(fewest + 1, 2)
+    sums = _sum(gather_windows(y, dim, _positions(starts, 0, half, y)), dim + 1, dims + 2)
+    sums = sums + _sum(gather_windows(y, dim, _positions(starts, half, fewest - half, y)), dim + 1, dims + 2)
+    for beyond in range(2):
+        extra = starts + fewest + beyond
+        entries = y.index_select(dim, torch.minimum(extra, ends - 1))
+        sums = sums + torch.where(_along(extra < ends, dim, dims), entries, 0.0)
+    return sums, ends - starts
+
+
+def _first_maximum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The maximum of ``a`` (earlier positions) and ``b`` (later ones) as PyTorch's max pools pick it:
+    ``b`` only where it is greater or NaN, so a tie's gradient goes to ``a``."""
+    return torch.where((b > a) | torch.isnan(b), b, a)
 
 
 def window_maxima(y: torch.Tensor, dim: int, out_size: int, flag_nan: bool) -> torch.Tensor:
-    """Each window's maximum along ``dim``: ``ceil(L/o) + 1`` entries from its start, a shorter window
-    repeating its last entry (after the entries it copies, so ``torch.max`` finds the first maximum)."""
+    """Each window's maximum along ``dim``, from ``ceil(L/o) + 1`` entries from its start (every window holds
+    at least ``ceil(L/o)``; a shorter window repeats its last entry, after the entries it copies, so
+    ``torch.max`` finds the first maximum), read as two blocks of about half each and combined."""
     length = y.shape[dim]
     if out_size == 1:
-        windows = y.unsqueeze(dim)  # (..., 1, L, ...): one window, the whole axis
-    else:
-        starts, ends = runtime_window_bounds(length, out_size, y.device)
-        span = _div(length + (out_size - 1), out_size) + 1
-        positions = torch.minimum(starts.unsqueeze(1) + torch.arange(span, device=y.device), ends.unsqueeze(1) - 1)
-        windows = gather_windows(y, dim, positions)
+        return _block_maximum(y.unsqueeze(dim), dim + 1, flag_nan)  # one window, the whole axis
+    starts, ends = runtime_window_bounds(length, out_size, y.device)
+    span = _div(length + (out_size - 1), out_size) + 1
+    last = ends.unsqueeze(1) - 1
+    if _symbolic(length):
+        return _block_maximum(gather_windows(y, dim, torch.minimum(_positions(starts, 0, span, y), last)), dim + 1, flag_nan)
+    half = _div(span, 2)  # >= 1, and span - half >= 1
+    first = _block_maximum(gather_windows(y, dim, _positions(starts, 0, half, y)), dim + 1, flag_nan)
+    second = _block_maximum(gather_windows(y, dim, torch.minimum(_positions(starts, half, span - half, y), last)), dim + 1, flag_nan)
+    return torch.maximum(first, second) if flag_nan else _first_maximum(first, second)
+
+
+def _positions(starts: torch.Tensor, offset: Any, count: Any, y: torch.Tensor) -> torch.Tensor:
+    """``(o, count)``: every window's positions ``offset .. offset + count - 1`` from its start."""
+    return starts.unsqueeze(1) + offset + torch.arange(count, device=y.device)
+
+
+def _block_maximum(windows: torch.Tensor, dim: int, flag_nan: bool) -> torch.Tensor:
+    """The maximum over ``dim``: ``torch.max`` (its gradient to the first maximum), or under ONNX export a
+    ReduceMax with NaN where the block holds one (:func:`_nan_where_flagged`; Max of two such blocks
+    propagates NaN)."""
     if not flag_nan:
-        return torch.max(windows, dim + 1).values
-    return _nan_where_flagged(windows.amax(dim + 1), windows, dim + 1)
+        return torch.max(windows, dim).values
+    return _nan_where_flagged(windows.amax(dim), windows, dim)
 
 
 def slice_reduce(y: torch.Tensor, dim: int, out_size: int, family: str, flag_nan: bool) -> torch.Tensor:

@@ -33,24 +33,41 @@ SCALES = (1.3, 0.7)  # the two sizes beside the example's, per spatial axis
 
 
 class PeakBytes(TorchDispatchMode):
-    """The most bytes of tensors made inside the block alive at once (weak references free them)."""
+    """The most bytes of storages allocated inside the block alive at once.
+
+    A storage counts once, when an op that is not a view makes it; views of it (a Reshape, a
+    Transpose before its copy, an unflatten) keep it alive and add nothing, and views of tensors made
+    outside the block (the input) count nothing. Weak references to the tensors free it.
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self.live = self.peak = 0
+        self._storages: dict[int, list[int]] = {}  # data_ptr -> [bytes, tensors alive on it]
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
         for tensor in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(tensor, torch.Tensor) and tensor.untyped_storage().nbytes():
-                size = tensor.untyped_storage().nbytes()
-                self.live += size
+            if not isinstance(tensor, torch.Tensor) or not tensor.untyped_storage().nbytes():
+                continue
+            storage = tensor.untyped_storage()
+            key = storage.data_ptr()
+            if key not in self._storages:
+                if func.is_view:
+                    continue  # a view of a tensor made outside the block
+                self._storages[key] = [storage.nbytes(), 0]
+                self.live += storage.nbytes()
                 self.peak = max(self.peak, self.live)
-                weakref.finalize(tensor, self._free, size)
+            self._storages[key][1] += 1
+            weakref.finalize(tensor, self._release, key)
         return out
 
-    def _free(self, size: int) -> None:
-        self.live -= size
+    def _release(self, key: int) -> None:
+        entry = self._storages[key]
+        entry[1] -= 1
+        if not entry[1]:
+            self.live -= entry[0]
+            del self._storages[key]
 
 
 class _Floor(nn.Module):
