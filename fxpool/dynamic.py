@@ -137,9 +137,8 @@ def window_sums(y: torch.Tensor, dim: int, dims: int, out_size: int) -> tuple[to
     sums = _sum(gather_windows(y, dim, _positions(starts, 0, half, y)), dim + 1, dims + 2)
     sums = sums + _sum(gather_windows(y, dim, _positions(starts, half, fewest - half, y)), dim + 1, dims + 2)
     for beyond in range(2):
-        extra = starts + fewest + beyond
-        entries = y.index_select(dim, torch.minimum(extra, ends - 1))
-        sums = sums + torch.where(_along(extra < ends, dim, dims), entries, 0.0)
+        extra = starts + fewest + beyond  # its gathered entries die inside the Where: no third copy lives
+        sums = sums + torch.where(_along(extra < ends, dim, dims), y.index_select(dim, torch.minimum(extra, ends - 1)), 0.0)
     return sums, ends - starts
 
 
@@ -149,22 +148,33 @@ def _first_maximum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.where((b > a) | torch.isnan(b), b, a)
 
 
+def _needs_gradient(x: torch.Tensor) -> bool:
+    """Whether a gradient may flow back through ``x`` (a Proxy under torch.fx: assume so)."""
+    return not isinstance(x, torch.Tensor) or (torch.is_grad_enabled() and x.requires_grad)
+
+
 def window_maxima(y: torch.Tensor, dim: int, out_size: int, flag_nan: bool) -> torch.Tensor:
     """Each window's maximum along ``dim``, from ``ceil(L/o) + 1`` entries from its start (every window holds
     at least ``ceil(L/o)``; a shorter window repeats its last entry, after the entries it copies, so
-    ``torch.max`` finds the first maximum), read as two blocks of about half each and combined."""
+    ``torch.max`` finds the first maximum), read as two blocks of about half each and combined.
+
+    Values alone (ONNX export, or no gradient wanted) take ``amax`` and elementwise ``maximum``, which
+    propagate NaN; a gradient takes ``torch.max`` and :func:`_first_maximum`, so it lands where PyTorch's
+    kernel sends it."""
     length = y.shape[dim]
+    grad = _needs_gradient(y) and not flag_nan
     if out_size == 1:
-        return _block_maximum(y.unsqueeze(dim), dim + 1, flag_nan)  # one window, the whole axis
+        return _block_maximum(y.unsqueeze(dim), dim + 1, flag_nan, grad)  # one window, the whole axis
     starts, ends = runtime_window_bounds(length, out_size, y.device)
     span = _div(length + (out_size - 1), out_size) + 1
     last = ends.unsqueeze(1) - 1
     if _symbolic(length):
-        return _block_maximum(gather_windows(y, dim, torch.minimum(_positions(starts, 0, span, y), last)), dim + 1, flag_nan)
+        return _block_maximum(gather_windows(y, dim, torch.minimum(_positions(starts, 0, span, y), last)), dim + 1, flag_nan, grad)
     half = _div(span, 2)  # >= 1, and span - half >= 1
-    first = _block_maximum(gather_windows(y, dim, _positions(starts, 0, half, y)), dim + 1, flag_nan)
-    second = _block_maximum(gather_windows(y, dim, torch.minimum(_positions(starts, half, span - half, y), last)), dim + 1, flag_nan)
-    return torch.maximum(first, second) if flag_nan else _first_maximum(first, second)
+    first = _block_maximum(gather_windows(y, dim, _positions(starts, 0, half, y)), dim + 1, flag_nan, grad)
+    later = gather_windows(y, dim, torch.minimum(_positions(starts, half, span - half, y), last))
+    second = _block_maximum(later, dim + 1, flag_nan, grad)
+    return _first_maximum(first, second) if grad else torch.maximum(first, second)
 
 
 def _positions(starts: torch.Tensor, offset: Any, count: Any, y: torch.Tensor) -> torch.Tensor:
@@ -172,13 +182,12 @@ def _positions(starts: torch.Tensor, offset: Any, count: Any, y: torch.Tensor) -
     return starts.unsqueeze(1) + offset + torch.arange(count, device=y.device)
 
 
-def _block_maximum(windows: torch.Tensor, dim: int, flag_nan: bool) -> torch.Tensor:
-    """The maximum over ``dim``: ``torch.max`` (its gradient to the first maximum), or under ONNX export a
-    ReduceMax with NaN where the block holds one (:func:`_nan_where_flagged`; Max of two such blocks
-    propagates NaN)."""
-    if not flag_nan:
-        return torch.max(windows, dim).values
-    return _nan_where_flagged(windows.amax(dim), windows, dim)
+def _block_maximum(windows: torch.Tensor, dim: int, flag_nan: bool, grad: bool) -> torch.Tensor:
+    """The maximum over ``dim``: ``torch.max`` for a gradient (to the first maximum), ``amax`` for values, and
+    under ONNX export a ReduceMax with NaN where the block holds one (:func:`_nan_where_flagged`)."""
+    if flag_nan:
+        return _nan_where_flagged(windows.amax(dim), windows, dim)
+    return torch.max(windows, dim).values if grad else windows.amax(dim)
 
 
 def slice_reduce(y: torch.Tensor, dim: int, out_size: int, family: str, flag_nan: bool) -> torch.Tensor:
