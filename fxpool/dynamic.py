@@ -172,8 +172,8 @@ def window_maxima(y: torch.Tensor, dim: int, out_size: int, flag_nan: bool) -> t
         return _block_maximum(gather_windows(y, dim, torch.minimum(_positions(starts, 0, span, y), last)), dim + 1, flag_nan, grad)
     half = _div(span, 2)  # >= 1, and span - half >= 1
     first = _block_maximum(gather_windows(y, dim, _positions(starts, 0, half, y)), dim + 1, flag_nan, grad)
-    later = gather_windows(y, dim, torch.minimum(_positions(starts, half, span - half, y), last))
-    second = _block_maximum(later, dim + 1, flag_nan, grad)
+    later = torch.minimum(_positions(starts, half, span - half, y), last)
+    second = _block_maximum(gather_windows(y, dim, later), dim + 1, flag_nan, grad)  # the block dies inside
     return _first_maximum(first, second) if grad else torch.maximum(first, second)
 
 
@@ -277,6 +277,17 @@ class _DynamicPool(nn.Module):
         return self.kind == "slices" and torch.jit.is_tracing()
 
 
+def shrinking_first(pooled: list[tuple[int, int]], x: torch.Tensor, dims: int) -> list[tuple[int, int]]:
+    """The pooled ``(axis, out_size)`` most-shrinking first at ``x``'s size, so later axes gather from less; in
+    the given order where a length is not a plain int (symbolic under torch.export: comparing would guard)."""
+    lengths = [x.shape[axis - dims] for axis, _ in pooled]
+    if _symbolic(lengths[0]) if lengths else True:
+        return pooled
+    if not all(type(length) is int for length in lengths):
+        return pooled
+    return [p for _, p in sorted(zip(lengths, pooled), key=lambda entry: entry[1][1] / entry[0])]
+
+
 class DynamicAdaptiveAvgPool(_DynamicPool):
     """Exact adaptive average pooling at any input size, with export-friendly ops."""
 
@@ -295,7 +306,7 @@ class DynamicAdaptiveAvgPool(_DynamicPool):
             lead = x.shape[:-dims]
             x = spatial_first(x, dims)
             counts = None
-            for axis, size in pooled:
+            for axis, size in shrinking_first(pooled, source, dims):
                 x, count = window_sums(x, axis, dims, size)
                 count = count.to(x.dtype).reshape([-1 if a == axis else 1 for a in range(dims)])
                 counts = count if counts is None else counts * count
@@ -313,8 +324,10 @@ class DynamicAdaptiveMaxPool(_DynamicPool):
         source, dims = x, len(self.out_sizes)
         onnx = torch.onnx.is_in_onnx_export()
         pooled = [(axis, size) for axis, size in enumerate(self.out_sizes) if size is not None]
-        if not onnx:
+        if _needs_gradient(x) and not onnx:
             pooled.reverse()  # last axis first: the first maximum in row-major order takes a tie's gradient
+        else:
+            pooled = shrinking_first(pooled, x, dims)
         if self._slicing():
             for axis, size in pooled:
                 x = slice_reduce(x, x.dim() - dims + axis, size, "max", onnx)
