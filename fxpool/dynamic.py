@@ -31,6 +31,7 @@ serves every input size, with no Loop, If, GatherND or ScatterND.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -133,13 +134,33 @@ def window_sums(y: torch.Tensor, dim: int, dims: int, out_size: int) -> tuple[to
         windows = gather_windows(y, dim, torch.minimum(positions, ends.unsqueeze(1) - 1))
         return _sum(torch.where(_along(inside, dim, dims), windows, 0.0), dim + 1, dims + 2), ends - starts
     fewest = _div(length, out_size)
-    half = _div(fewest + 1, 2)
-    sums = _sum(gather_windows(y, dim, _positions(starts, 0, half, y)), dim + 1, dims + 2)
-    sums = sums + _sum(gather_windows(y, dim, _positions(starts, half, fewest - half, y)), dim + 1, dims + 2)
+    parts = [_sum(gather_windows(y, dim, _positions(starts, offset, count, y)), dim + 1, dims + 2) for offset, count in _halves(fewest)]
+    sums = parts.pop(0)
+    while parts:
+        sums = sums + parts.pop()
     for beyond in range(2):
         extra = starts + fewest + beyond  # its gathered entries die inside the Where: no third copy lives
         sums = sums + torch.where(_along(extra < ends, dim, dims), y.index_select(dim, torch.minimum(extra, ends - 1)), 0.0)
     return sums, ends - starts
+
+
+def _halves(count: Any, smallest: int = 4) -> list[tuple[Any, Any]]:
+    """``(offset, count)`` of the two halves of ``count`` entries (the first ``ceil(count / 2)``), or the
+    whole where the size being traced has fewer than ``smallest``: a split there costs ops for little memory."""
+    if _traced_int(count) < smallest:
+        return [(0, count)]
+    half = _div(count + 1, 2)
+    return [(0, half), (half, count - half)]
+
+
+def _traced_int(value: Any) -> float:
+    """``value`` at the size being run or traced (a 0-d tensor under ``torch.jit.trace``); ``inf`` where no
+    tracer says (an fx Proxy)."""
+    if isinstance(value, torch.fx.Proxy):
+        return float("inf")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        return int(value)
 
 
 def _first_maximum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -170,11 +191,17 @@ def window_maxima(y: torch.Tensor, dim: int, out_size: int, flag_nan: bool) -> t
     last = ends.unsqueeze(1) - 1
     if _symbolic(length):
         return _block_maximum(gather_windows(y, dim, torch.minimum(_positions(starts, 0, span, y), last)), dim + 1, flag_nan, grad)
-    half = _div(span, 2)  # >= 1, and span - half >= 1
-    first = _block_maximum(gather_windows(y, dim, _positions(starts, 0, half, y)), dim + 1, flag_nan, grad)
-    later = torch.minimum(_positions(starts, half, span - half, y), last)
-    second = _block_maximum(gather_windows(y, dim, later), dim + 1, flag_nan, grad)  # the block dies inside
-    return _first_maximum(first, second) if grad else torch.maximum(first, second)
+    result, flags = None, None
+    for offset, count in _halves(span, 2):  # each block dies inside its reductions
+        windows = gather_windows(y, dim, torch.minimum(_positions(starts, offset, count, y), last))
+        if flag_nan:  # the sum of |x| over both halves is NaN exactly where either holds a NaN
+            flag = windows.abs().sum(dim + 1)
+            flags = flag if flags is None else flags + flag
+        maximum = _block_maximum(windows, dim + 1, False, grad)
+        del windows
+        result = maximum if result is None else _first_maximum(result, maximum) if grad else torch.maximum(result, maximum)
+    assert result is not None
+    return result if flags is None else torch.where(torch.isnan(flags), float("nan"), result)
 
 
 def _positions(starts: torch.Tensor, offset: Any, count: Any, y: torch.Tensor) -> torch.Tensor:
