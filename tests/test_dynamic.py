@@ -267,3 +267,48 @@ def test_dynamic_pools_trace_again_with_torch_fx(family: str) -> None:
 def test_a_dynamic_module_refuses_an_unknown_form() -> None:
     with pytest.raises(ValueError, match="kind"):
         DynamicAdaptiveAvgPool((3,), kind="matmul")  # type: ignore[arg-type]
+
+
+def sparse_non_finite(shape: tuple[int, ...], seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Random values with a few NaN, +inf and -inf (about one entry in 12 each kind), so that long windows
+    hold none, one kind, or several."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, dtype=dtype, generator=generator)
+    kind = torch.randint(0, 36, shape, generator=generator)
+    x[kind == 0], x[kind == 1], x[kind == 2] = float("nan"), float("inf"), float("-inf")
+    return x
+
+
+@pytest.mark.parametrize("family", ["avg", "max"])
+def test_the_graph_form_is_exact_on_every_short_axis_with_nan_and_infinities(family: str) -> None:
+    """Every length to 60 and output to 13: windows of 0 to 60 sure entries (split in halves from 4), one
+    or two more, outputs longer than the input."""
+    for length, out_size in itertools.product(range(1, 61), range(1, 14)):
+        x = sparse_non_finite((1, 3, length), seed=length * 31 + out_size)
+        module = MODULES[family]((out_size,))
+        expected = native(family, x, (out_size,))
+        torch.testing.assert_close(module.traced_form(x), expected, rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+@pytest.mark.parametrize("example", [10, 40], ids=["whole-blocks", "halves"])
+@pytest.mark.parametrize("family", ["avg", "max"])
+def test_one_exported_graph_is_exact_on_every_short_axis(family: str, example: int, dynamo: bool, tmp_path) -> None:
+    """A graph traced where the sure entries make one block (10 -> 3) or two halves (40 -> 3), run in
+    onnxruntime at every length to 50, with NaN and infinities."""
+    pytest.importorskip("onnxruntime")
+    from fxpool.verifying import run_onnxruntime
+
+    module = MODULES[family]((3,))
+    x = torch.randn(2, 3, example)
+    path = str(tmp_path / "dyn.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if dynamo:
+            torch.onnx.export(module, (x,), path, dynamo=True, dynamic_shapes=({2: torch.export.Dim("L", min=1, max=4096)},), verbose=False)
+        else:
+            torch.onnx.export(module, (x,), path, dynamo=False, input_names=["x"], dynamic_axes={"x": {2: "L"}})
+    for length in range(1, 51):
+        y = sparse_non_finite((2, 3, length), seed=length, dtype=torch.float32)
+        (out,) = run_onnxruntime(path, (y,))
+        torch.testing.assert_close(torch.from_numpy(out), native(family, y, (3,)), rtol=1e-5, atol=1e-5, equal_nan=True)
