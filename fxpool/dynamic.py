@@ -7,12 +7,15 @@ Work and memory are linear in the input: no ``(o x L)`` mask. The forms
 (:class:`~fxpool.planning.DynamicForm`, chosen by planning from the example's sizes):
 
 - ``gathers``: the spatial axes moved in front of the others (one Transpose, so every gather copies
-  whole blocks of batch and channels), then per pooled axis each window's entries gathered into an
-  ``(o, span)`` block and reduced. Averages gather each window's first ``L // o`` entries (every window
-  holds them) and sum them, then two more entries masked to zero where they lie past the window
-  (``Where`` selects, it never multiplies: NaN and ±inf stay in their windows), and divide by the window
-  sizes once, after the last axis. Maxima read ``ceil(L/o) + 1`` entries from each window's start, a
-  shorter window repeating its last entry, and take one maximum.
+  whole blocks of batch and channels), then per pooled axis (the most-shrinking first where only values
+  are wanted) each window's entries gathered and reduced. Averages gather each window's first ``L // o``
+  entries (every window holds them; two blocks of about half from 4, so at most half the tensor is
+  gathered at once) and sum them, then the two entries that may lie past them, one per window, masked to
+  zero where they lie past the window (``Where`` selects, it never multiplies: NaN and ±inf stay in their
+  windows), and divide by the window sizes once, after the last axis. Maxima read ``ceil(L/o) + 1``
+  entries from each window's start as two blocks of about half, a shorter window repeating its last
+  entry, and combine their maxima. Under ``torch.export`` with a dynamic dimension each axis is one block
+  of ``ceil(L/o) + 1 >= 2`` entries (sums masked): a block that may hold 0 or 1 entries adds a guard.
 - ``slices`` (TorchScript tracing: the TorchScript ONNX exporter, ``torch.jit.trace``): per pooled
   axis each window sliced from its runtime bounds and reduced (ReduceMean; ReduceMax), the results
   concatenated; few long windows. Under ``torch.export`` slices of symbolic bounds add guards that
@@ -118,10 +121,10 @@ def window_sums(y: torch.Tensor, dim: int, dims: int, out_size: int) -> tuple[to
     """Each window's sum along spatial axis ``dim`` of a :func:`spatial_first` tensor of ``dims`` spatial
     axes, and its size (``(o,)``), from ``y``'s runtime length.
 
-    Every window holds its first ``L // o`` entries: gathered unmasked, in two halves (each block about
-    half the tensor, so the input, its spatial-first copy and one block are what lives at once), and
-    summed. It holds at most two more: each gathered as one entry per window (clamped into the window)
-    and masked to zero by Where where it lies past the window's end.
+    Every window holds its first ``L // o`` entries: gathered unmasked and summed, where they are 4 or
+    more as two blocks of about half (so the input, its spatial-first copy and half a block live at once).
+    It holds at most two more: each gathered as one entry per window (clamped into the window) and masked
+    to zero by Where where it lies past the window's end.
     """
     length = y.shape[dim]
     starts, ends = runtime_window_bounds(length, out_size, y.device)
@@ -134,7 +137,7 @@ def window_sums(y: torch.Tensor, dim: int, dims: int, out_size: int) -> tuple[to
         windows = gather_windows(y, dim, torch.minimum(positions, ends.unsqueeze(1) - 1))
         return _sum(torch.where(_along(inside, dim, dims), windows, 0.0), dim + 1, dims + 2), ends - starts
     fewest = _div(length, out_size)
-    parts = [_sum(gather_windows(y, dim, _positions(starts, offset, count, y)), dim + 1, dims + 2) for offset, count in _halves(fewest)]
+    parts = [_sum(gather_windows(y, dim, _positions(starts, *half, y)), dim + 1, dims + 2) for half in _halves(fewest)]
     sums = parts.pop(0)
     while parts:
         sums = sums + parts.pop()
@@ -308,9 +311,7 @@ def shrinking_first(pooled: list[tuple[int, int]], x: torch.Tensor, dims: int) -
     """The pooled ``(axis, out_size)`` most-shrinking first at ``x``'s size, so later axes gather from less; in
     the given order where a length is not a plain int (symbolic under torch.export: comparing would guard)."""
     lengths = [x.shape[axis - dims] for axis, _ in pooled]
-    if _symbolic(lengths[0]) if lengths else True:
-        return pooled
-    if not all(type(length) is int for length in lengths):
+    if torch.compiler.is_compiling() or not all(type(length) is int for length in lengths):
         return pooled
     return [p for _, p in sorted(zip(lengths, pooled), key=lambda entry: entry[1][1] / entry[0])]
 

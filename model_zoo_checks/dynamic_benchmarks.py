@@ -8,7 +8,9 @@ dynamic spatial dimensions, and the read-once floor (one ReduceMax over the spat
 alternating repeats (``model_zoo_checks.timing``); ratios within one run are what to read on a loaded machine.
 
 Peak memory: the input plus the most bytes the graph form's tensors hold at once, run in eager under a
-dispatch mode that counts them (:func:`peak_memory`), against input plus output (``peak / (in + out)``).
+dispatch mode that counts each storage once (:class:`PeakBytes`; views add nothing), against input plus
+output (``peak / (in + out)``). It reads the values-only graph an exporter traces, without ONNX's NaN flags
+of max pools (one more ``Abs`` of each half block in onnxruntime).
 (onnxruntime's resident set, read around one run in a fresh process, did not move for inputs of a few MB.)
 """
 
@@ -107,8 +109,9 @@ def _openvino_dynamic(module: nn.Module, x: torch.Tensor, threads: int) -> Any:
 
 def peak_memory(module: nn.Module, x: torch.Tensor) -> dict[str, float]:
     """The graph form's peak in eager (:meth:`~fxpool.dynamic.DynamicAdaptiveAvgPool.traced_form`: the window
-    gathers every torch.export-based exporter gets; the TorchScript graph's slices hold less): the input,
-    plus the most bytes its tensors hold at once, against input plus output."""
+    gathers as the TorchScript exporter traces them; its slices hold less, and ``torch.export`` with a
+    dynamic dimension gets one masked block per axis, more): the input, plus the most bytes its tensors
+    hold at once, against input plus output."""
     with torch.no_grad(), PeakBytes() as meter:
         out = module.traced_form(x)
     size_in, size_out = x.untyped_storage().nbytes(), out.untyped_storage().nbytes()

@@ -305,7 +305,8 @@ def test_one_exported_graph_is_exact_on_every_short_axis(family: str, example: i
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if dynamo:
-            torch.onnx.export(module, (x,), path, dynamo=True, dynamic_shapes=({2: torch.export.Dim("L", min=1, max=4096)},), verbose=False)
+            shapes = ({2: torch.export.Dim("L", min=1, max=4096)},)
+            torch.onnx.export(module, (x,), path, dynamo=True, dynamic_shapes=shapes, verbose=False)
         else:
             torch.onnx.export(module, (x,), path, dynamo=False, input_names=["x"], dynamic_axes={"x": {2: "L"}})
     for length in range(1, 51):
