@@ -7,12 +7,16 @@ Work and memory are linear in the input: no ``(o x L)`` mask. The forms
 (:class:`~fxpool.planning.DynamicForm`, chosen by planning from the example's sizes):
 
 - ``gathers``: the spatial axes moved in front of the others (one Transpose, so every gather copies
-  whole blocks of batch and channels), then per pooled axis each window's entries gathered into an
-  ``(o, span)`` block and reduced. Averages gather each window's first ``L // o`` entries (every window
-  holds them) and sum them, then two more entries masked to zero where they lie past the window
-  (``Where`` selects, it never multiplies: NaN and ±inf stay in their windows), and divide by the window
-  sizes once, after the last axis. Maxima read ``ceil(L/o) + 1`` entries from each window's start, a
-  shorter window repeating its last entry, and take one maximum.
+  whole blocks of batch and channels), then per pooled axis (the most-shrinking first where only values
+  are wanted) each window's entries gathered and reduced. Averages gather each window's first ``L // o``
+  entries (every window holds them; two blocks of about half from 4, so at most half the tensor is
+  gathered at once) and sum them, then the two entries that may lie past them, one per window, masked to
+  zero where they lie past the window (``Where`` selects, it never multiplies: NaN and ±inf stay in their
+  windows), and divide by the window sizes once, after the last axis. Maxima read ``ceil(L/o) + 1``
+  entries from each window's start, a shorter window repeating its last entry: as two blocks of about
+  half whose maxima are combined, or under ONNX export as one block beside its NaN flag. Under
+  ``torch.export`` with a dynamic dimension each axis is one block of ``ceil(L/o) + 1 >= 2`` entries (sums
+  masked): a block that may hold 0 or 1 entries adds a guard.
 - ``slices`` (TorchScript tracing: the TorchScript ONNX exporter, ``torch.jit.trace``): per pooled
   axis each window sliced from its runtime bounds and reduced (ReduceMean; ReduceMax), the results
   concatenated; few long windows. Under ``torch.export`` slices of symbolic bounds add guards that
@@ -31,6 +35,7 @@ serves every input size, with no Loop, If, GatherND or ScatterND.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -107,50 +112,113 @@ def _nan_where_flagged(maxima: torch.Tensor, windows: torch.Tensor, dim: int, ke
     return torch.where(torch.isnan(flags), float("nan"), maxima)
 
 
+def _symbolic(length: Any) -> bool:
+    """Whether ``length`` is a symbolic size (``torch.export`` with a dynamic dimension): there a block of a
+    size that may be 0 or 1 adds a guard named ``Dim``\\ s refuse, so blocks are sized ``ceil(L/o) + 1 >= 2``."""
+    return isinstance(length, torch.SymInt) or torch.compiler.is_compiling()  # strict export: dynamo's variables
+
+
 def window_sums(y: torch.Tensor, dim: int, dims: int, out_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Each window's sum along spatial axis ``dim`` of a :func:`spatial_first` tensor of ``dims`` spatial
     axes, and its size (``(o,)``), from ``y``'s runtime length.
 
-    Every window holds its first ``L // o`` entries, gathered and summed unmasked; it holds at most two
-    more, gathered (clamped into the window) and masked to zero by Where where they lie past its end.
+    Every window holds its first ``L // o`` entries: gathered unmasked and summed, where they are 4 or
+    more as two blocks of about half (so the input, its spatial-first copy and half a block live at once).
+    It holds at most two more: each gathered as one entry per window (clamped into the window) and masked
+    to zero by Where where it lies past the window's end.
     """
     length = y.shape[dim]
     starts, ends = runtime_window_bounds(length, out_size, y.device)
     if out_size == 1:
         return _sum(y, dim, dims + 1).unsqueeze(dim), ends - starts
-    if not torch.jit.is_tracing():
-        # torch.export: one block of ceil(L/o) + 1 >= 2 entries per window, masked. A block of L // o
-        # entries may hold 0 or 1, and torch.export then guards on it (its contiguity), which named Dims
-        # with bounds refuse.
+    if _symbolic(length):
         span = _div(length + (out_size - 1), out_size) + 1
-        positions = starts.unsqueeze(1) + torch.arange(span, device=y.device)
+        positions = _positions(starts, 0, span, y)
         inside = positions < ends.unsqueeze(1)
         windows = gather_windows(y, dim, torch.minimum(positions, ends.unsqueeze(1) - 1))
         return _sum(torch.where(_along(inside, dim, dims), windows, 0.0), dim + 1, dims + 2), ends - starts
     fewest = _div(length, out_size)
-    first = starts.unsqueeze(1)
-    sure = first + torch.arange(fewest, device=y.device)  # (o, L // o)
-    extra = first + fewest + torch.arange(2, device=y.device)  # (o, 2)
-    inside = extra < ends.unsqueeze(1)
-    more = gather_windows(y, dim, torch.minimum(extra, ends.unsqueeze(1) - 1))
-    more = torch.where(_along(inside, dim, dims), more, 0.0)
-    return _sum(gather_windows(y, dim, sure), dim + 1, dims + 2) + _sum(more, dim + 1, dims + 2), ends - starts
+    parts = [_sum(gather_windows(y, dim, _positions(starts, *half, y)), dim + 1, dims + 2) for half in _halves(fewest)]
+    sums = parts.pop(0)
+    while parts:
+        sums = sums + parts.pop()
+    for beyond in range(2):
+        extra = starts + fewest + beyond  # its gathered entries die inside the Where: no third copy lives
+        sums = sums + torch.where(_along(extra < ends, dim, dims), y.index_select(dim, torch.minimum(extra, ends - 1)), 0.0)
+    return sums, ends - starts
+
+
+def _halves(count: Any, smallest: int = 4) -> list[tuple[Any, Any]]:
+    """``(offset, count)`` of the two halves of ``count`` entries (the first ``ceil(count / 2)``), or the
+    whole where the size being traced has fewer than ``smallest``: a split there costs ops for little memory."""
+    if _traced_int(count) < smallest:
+        return [(0, count)]
+    half = _div(count + 1, 2)
+    return [(0, half), (half, count - half)]
+
+
+def _traced_int(value: Any) -> float:
+    """``value`` at the size being run or traced (a 0-d tensor under ``torch.jit.trace``); ``inf`` where no
+    tracer says (an fx Proxy)."""
+    if isinstance(value, torch.fx.Proxy):
+        return float("inf")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        return int(value)
+
+
+def _first_maximum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The maximum of ``a`` (earlier positions) and ``b`` (later ones) as PyTorch's max pools pick it:
+    ``b`` only where it is greater or NaN, so a tie's gradient goes to ``a``."""
+    return torch.where((b > a) | torch.isnan(b), b, a)
+
+
+def _needs_gradient(x: torch.Tensor) -> bool:
+    """Whether a gradient may flow back through ``x`` (a Proxy under torch.fx: assume so)."""
+    return not isinstance(x, torch.Tensor) or (torch.is_grad_enabled() and x.requires_grad)
 
 
 def window_maxima(y: torch.Tensor, dim: int, out_size: int, flag_nan: bool) -> torch.Tensor:
-    """Each window's maximum along ``dim``: ``ceil(L/o) + 1`` entries from its start, a shorter window
-    repeating its last entry (after the entries it copies, so ``torch.max`` finds the first maximum)."""
+    """Each window's maximum along ``dim``, from ``ceil(L/o) + 1`` entries from its start (every window holds
+    at least ``ceil(L/o)``; a shorter window repeats its last entry, after the entries it copies, so
+    ``torch.max`` finds the first maximum), read as two blocks of about half each and combined; under ONNX
+    export (and ``torch.export`` with a dynamic dimension) as one block.
+
+    Values alone (ONNX export, or no gradient wanted) take ``amax`` and elementwise ``maximum``, which
+    propagate NaN; a gradient takes ``torch.max`` and :func:`_first_maximum`, so it lands where PyTorch's
+    kernel sends it."""
     length = y.shape[dim]
+    grad = _needs_gradient(y) and not flag_nan
     if out_size == 1:
-        windows = y.unsqueeze(dim)  # (..., 1, L, ...): one window, the whole axis
-    else:
-        starts, ends = runtime_window_bounds(length, out_size, y.device)
-        span = _div(length + (out_size - 1), out_size) + 1
-        positions = torch.minimum(starts.unsqueeze(1) + torch.arange(span, device=y.device), ends.unsqueeze(1) - 1)
-        windows = gather_windows(y, dim, positions)
-    if not flag_nan:
-        return torch.max(windows, dim + 1).values
-    return _nan_where_flagged(windows.amax(dim + 1), windows, dim + 1)
+        return _block_maximum(y.unsqueeze(dim), dim + 1, flag_nan, grad)  # one window, the whole axis
+    starts, ends = runtime_window_bounds(length, out_size, y.device)
+    span = _div(length + (out_size - 1), out_size) + 1
+    last = ends.unsqueeze(1) - 1
+    if _symbolic(length) or flag_nan:
+        # ONNX export: one block. Two halves, each with its NaN flag, ran 1.1-1.3x slower in onnxruntime and
+        # grew its resident peak (4.4x input + output against 3.1x, 40x40 -> 28x28 over 32x512).
+        return _block_maximum(gather_windows(y, dim, torch.minimum(_positions(starts, 0, span, y), last)), dim + 1, flag_nan, grad)
+    result = None
+    for offset, count in _halves(span, 2):  # each block dies inside its reduction
+        block = gather_windows(y, dim, torch.minimum(_positions(starts, offset, count, y), last))  # its indices die here
+        maximum = _block_maximum(block, dim + 1, False, grad)
+        del block  # before the next half is gathered
+        result = maximum if result is None else _first_maximum(result, maximum) if grad else torch.maximum(result, maximum)
+    assert result is not None
+    return result
+
+
+def _positions(starts: torch.Tensor, offset: Any, count: Any, y: torch.Tensor) -> torch.Tensor:
+    """``(o, count)``: every window's positions ``offset .. offset + count - 1`` from its start."""
+    return starts.unsqueeze(1) + offset + torch.arange(count, device=y.device)
+
+
+def _block_maximum(windows: torch.Tensor, dim: int, flag_nan: bool, grad: bool) -> torch.Tensor:
+    """The maximum over ``dim``: ``torch.max`` for a gradient (to the first maximum), ``amax`` for values, and
+    under ONNX export a ReduceMax with NaN where the block holds one (:func:`_nan_where_flagged`)."""
+    if flag_nan:
+        return _nan_where_flagged(windows.amax(dim), windows, dim)
+    return torch.max(windows, dim).values if grad else windows.amax(dim)
 
 
 def slice_reduce(y: torch.Tensor, dim: int, out_size: int, family: str, flag_nan: bool) -> torch.Tensor:
@@ -240,6 +308,15 @@ class _DynamicPool(nn.Module):
         return self.kind == "slices" and torch.jit.is_tracing()
 
 
+def shrinking_first(pooled: list[tuple[int, int]], x: torch.Tensor, dims: int) -> list[tuple[int, int]]:
+    """The pooled ``(axis, out_size)`` most-shrinking first at ``x``'s size, so later axes gather from less; in
+    the given order where a length is not a plain int (symbolic under torch.export: comparing would guard)."""
+    lengths = [x.shape[axis - dims] for axis, _ in pooled]
+    if torch.compiler.is_compiling() or not all(type(length) is int for length in lengths):
+        return pooled
+    return [p for _, p in sorted(zip(lengths, pooled), key=lambda entry: entry[1][1] / entry[0])]
+
+
 class DynamicAdaptiveAvgPool(_DynamicPool):
     """Exact adaptive average pooling at any input size, with export-friendly ops."""
 
@@ -258,7 +335,7 @@ class DynamicAdaptiveAvgPool(_DynamicPool):
             lead = x.shape[:-dims]
             x = spatial_first(x, dims)
             counts = None
-            for axis, size in pooled:
+            for axis, size in shrinking_first(pooled, source, dims):
                 x, count = window_sums(x, axis, dims, size)
                 count = count.to(x.dtype).reshape([-1 if a == axis else 1 for a in range(dims)])
                 counts = count if counts is None else counts * count
@@ -276,8 +353,10 @@ class DynamicAdaptiveMaxPool(_DynamicPool):
         source, dims = x, len(self.out_sizes)
         onnx = torch.onnx.is_in_onnx_export()
         pooled = [(axis, size) for axis, size in enumerate(self.out_sizes) if size is not None]
-        if not onnx:
+        if _needs_gradient(x) and not onnx:
             pooled.reverse()  # last axis first: the first maximum in row-major order takes a tie's gradient
+        else:
+            pooled = shrinking_first(pooled, x, dims)
         if self._slicing():
             for axis, size in pooled:
                 x = slice_reduce(x, x.dim() - dims + axis, size, "max", onnx)

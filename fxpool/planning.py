@@ -455,14 +455,14 @@ class DynamicForm:
     """How a ``dynamic=True`` replacement computes its windows from the runtime size, and why.
 
     ``gathers``: the spatial axes moved in front of the others (one Transpose), then per pooled axis each
-    window's entries gathered by indices computed from the runtime length, into an ``(o, span)`` block
-    padded by a neutral entry (sums: the window's first ``L // o`` entries, then two more masked to zero;
-    maxima: ``ceil(L/o) + 1`` entries from the start, repeating the window's last), and one reduction;
-    averages divide by the window sizes once, after the last axis. ``slices``: per pooled axis each window
-    sliced from its runtime bounds and reduced, the results concatenated (under the TorchScript exporter
-    and ``torch.jit.trace``; ``gathers`` elsewhere). Max windows in ONNX take a NaN flag beside their
-    ReduceMax (the sum of the window's absolute values: NaN exactly where it holds one), since onnxruntime's
-    ReduceMax skips NaN.
+    window's entries gathered by indices computed from the runtime length and reduced (sums: the window's
+    first ``L // o`` entries, in two blocks of about half from 4, then the two that may lie past them, one
+    per window, masked to zero; maxima: ``ceil(L/o) + 1`` entries from the start, repeating the window's
+    last, in two blocks of about half, one under ONNX export); averages divide by the window sizes once, after the last axis.
+    ``slices``: per pooled axis each window sliced from its runtime bounds and reduced, the results
+    concatenated (under the TorchScript exporter and ``torch.jit.trace``; ``gathers`` elsewhere). Max
+    windows in ONNX take a NaN flag beside their ReduceMax (the sum of the window's absolute values: NaN
+    exactly where it holds one), since onnxruntime's ReduceMax skips NaN.
     """
 
     family: PoolFamily

@@ -9,12 +9,12 @@ input's spatial sizes, that is the :class:`~fxpool.steps.PoolPlan` a converted m
 lowered step by step (AveragePool, GlobalAveragePool/ReduceMean, stride-1 AveragePools with a
 Gather, one Slice and ReduceMean per window, Pad+Gather+Mul for long axes; nearest upsampling as a
 Gather), so eager and export-time pools follow the same rules. An output of 1 on every axis is
-GlobalAveragePool at any size. Any other axis of dynamic length gets its window mask built in the
-graph from the runtime length (:func:`_runtime_mask`: Shape, Gather of one index, Range, Mul, Add,
-Div, Less/Greater, And), then Where, ReduceSum and Div, so a graph exported with dynamic spatial axes
-is exact at every size. Every form sums only a window's entries: a NaN or an infinity stays in its
-windows. Half and bfloat16 are
-computed in float32 and rounded once, as the native pool does.
+GlobalAveragePool at any size. Any other axis of dynamic length gets its windows' positions built in
+the graph from the runtime length (:func:`_runtime_windows`: Shape, Gather of one index, Range, Mul,
+Add, Div, Less), gathered as an ``(out, ceil(L/out) + 1)`` block, then Where, ReduceSum and Div, so a
+graph exported with dynamic spatial axes is exact at every size, in work and memory linear in it.
+Every form sums only a window's entries: a NaN or an infinity stays in its windows. Half and bfloat16
+are computed in float32 and rounded once, as the native pool does.
 """
 
 from __future__ import annotations
@@ -109,6 +109,10 @@ class _TorchScriptOps:
     def gather(self, x: Any, indices: torch.Tensor, axis: int) -> Any:
         return self.g.op("Gather", x, self.constant(indices), axis_i=axis)
 
+    def gather_at(self, x: Any, indices: Any, axis: int) -> Any:
+        """``x`` at indices computed in the graph."""
+        return self.g.op("Gather", x, indices, axis_i=axis)
+
     def pad_end(self, x: Any, axis: int, rank: int) -> Any:
         """One zero appended to axis ``axis``."""
         pads = [0] * (2 * rank)
@@ -182,6 +186,9 @@ class _OnnxScriptOps:
 
     def gather(self, x: Any, indices: torch.Tensor, axis: int) -> Any:
         return self.op.Gather(x, self.constant(indices), axis=axis)
+
+    def gather_at(self, x: Any, indices: Any, axis: int) -> Any:
+        return self.op.Gather(x, indices, axis=axis)
 
     def pad_end(self, x: Any, axis: int, rank: int) -> Any:
         pads = [0] * (2 * rank)
@@ -279,31 +286,33 @@ def _lower_plan(ops: Any, x: Any, plan: PoolPlan, rank: int, batched: bool, dtyp
 
 
 def _lower_dynamic(ops: Any, x: Any, in_sizes: tuple[int | None, ...], requested: list[Any], rank: int, dtype: torch.dtype) -> Any:
-    """Per pooled axis, each window's entries selected by a mask built in the graph from the runtime
-    length (zero elsewhere: Where, not a product, so a non-finite entry stays in its windows), summed
-    and divided by the window's length."""
+    """Per pooled axis, every window's entries gathered from positions built in the graph from the runtime
+    length (:func:`_runtime_windows`) into an ``(out, span)`` block, the entries past a window's end
+    masked to zero (Where, not a product, so a non-finite entry stays in its windows), summed and divided
+    by the window's length: work and memory linear in the input, as ``dynamic=True``'s blocks under
+    ``torch.export``."""
     dims = len(in_sizes)
     for axis, (i, o) in enumerate(zip(in_sizes, requested)):
         if o is None or (isinstance(o, int) and o in (-1, i)):  # the output is the input's length: nothing to pool
             continue
         position = rank - dims + axis
-        member, count = _runtime_mask(ops, x, position, o, dtype)  # (L, out), (out,)
-        expanded = ops.unsqueeze(x, position + 1)  # (..., L, 1, ...)
+        positions, inside, count = _runtime_windows(ops, x, position, o, dtype)  # (out, span), (out, span), (out,)
         for trailing in range(rank - 1 - position):  # the mask broadcasts over the axes after the pooled one
-            member = ops.unsqueeze(member, 2 + trailing)
-        selected = ops.where(member, expanded, ops.constant(torch.tensor(0, dtype=dtype)))
-        summed = ops.reduce_sum(selected, position)  # (..., out, ...)
+            inside = ops.unsqueeze(inside, 2 + trailing)
+        windows = ops.gather_at(x, positions, position)  # (..., out, span, ...)
+        selected = ops.where(inside, windows, ops.constant(torch.tensor(0, dtype=dtype)))
+        summed = ops.reduce_sum(selected, position + 1)  # (..., out, ...)
         x = ops.binary("Div", summed, ops.reshape(count, [-1] + [1] * (rank - 1 - position)))
     return x
 
 
-def _runtime_mask(ops: Any, x: Any, position: int, out_size: Any, dtype: torch.dtype) -> tuple[Any, Any]:
-    """The (length x out) window mask of axis ``position`` of ``x`` and each window's length, built in the graph.
+def _runtime_windows(ops: Any, x: Any, position: int, out_size: Any, dtype: torch.dtype) -> tuple[Any, Any, Any]:
+    """Every window's positions along axis ``position`` of ``x``, ``(out, span)`` with ``span = ceil(L/out) + 1``
+    (no window is longer), a window's last repeated past its end; whether each lies inside its window; and
+    each window's length, built in the graph.
 
-    Input ``j`` is in window ``i`` exactly when ``(j + 1) * out > i * L`` and ``j * out < (i + 1) * L``
-    (PyTorch's ``[floor(i*L/out), ceil((i+1)*L/out))`` without division); the window's length
-    ``ceil((i+1)*L/out) - floor(i*L/out)`` is integer division of non-negative int64s, exact.
-    ``out_size`` is an int or an int64 scalar of the graph.
+    Window ``i`` is PyTorch's ``[floor(i*L/out), ceil((i+1)*L/out))``: integer division of non-negative int64s,
+    exact. ``out_size`` is an int or an int64 scalar of the graph.
     """
 
     def const(value: int) -> Any:
@@ -324,16 +333,14 @@ def _runtime_mask(ops: Any, x: Any, position: int, out_size: Any, dtype: torch.d
     else:
         out = ops.cast(out_size, torch.int64)  # the TorchScript exporter may compute it in floats
         i = ops.arange(out)
-    j = ops.reshape(ops.arange(length), [-1, 1])  # (L, 1)
-    i_next = add(i, const(1))
-    member = ops.binary(
-        "And",
-        ops.binary("Greater", mul(add(j, const(1)), out), mul(i, length)),
-        ops.binary("Less", mul(j, out), mul(i_next, length)),
-    )
-    end = div(add(mul(i_next, length), ops.binary("Sub", out, const(1))), out)
+    rounding = ops.binary("Sub", out, const(1))
     start = div(mul(i, length), out)
-    return member, ops.cast(ops.binary("Sub", end, start), dtype)
+    end = div(add(mul(add(i, const(1)), length), rounding), out)
+    span = add(div(add(length, rounding), out), const(1))
+    positions = add(ops.reshape(start, [-1, 1]), ops.reshape(ops.arange(span), [1, -1]))  # (out, span)
+    last = ops.reshape(ops.binary("Sub", end, const(1)), [-1, 1])
+    inside = ops.binary("Less", positions, ops.reshape(end, [-1, 1]))
+    return ops.where(inside, positions, last), inside, ops.cast(ops.binary("Sub", end, start), dtype)
 
 
 def _symbolic(dims: int) -> Callable[[Any, Any, Any], Any]:

@@ -8,7 +8,9 @@ dynamic spatial dimensions, and the read-once floor (one ReduceMax over the spat
 alternating repeats (``model_zoo_checks.timing``); ratios within one run are what to read on a loaded machine.
 
 Peak memory: the input plus the most bytes the graph form's tensors hold at once, run in eager under a
-dispatch mode that counts them (:func:`peak_memory`), against input plus output (``peak / (in + out)``).
+dispatch mode that counts each storage once (:class:`PeakBytes`; views add nothing), against input plus
+output (``peak / (in + out)``). It reads the values-only graph an exporter traces, without ONNX's NaN flags
+of max pools (one more ``Abs`` of each half block in onnxruntime).
 (onnxruntime's resident set, read around one run in a fresh process, did not move for inputs of a few MB.)
 """
 
@@ -33,24 +35,41 @@ SCALES = (1.3, 0.7)  # the two sizes beside the example's, per spatial axis
 
 
 class PeakBytes(TorchDispatchMode):
-    """The most bytes of tensors made inside the block alive at once (weak references free them)."""
+    """The most bytes of storages allocated inside the block alive at once.
+
+    A storage counts once, when an op that is not a view makes it; views of it (a Reshape, a
+    Transpose before its copy, an unflatten) keep it alive and add nothing, and views of tensors made
+    outside the block (the input) count nothing. Weak references to the tensors free it.
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self.live = self.peak = 0
+        self._storages: dict[int, list[int]] = {}  # data_ptr -> [bytes, tensors alive on it]
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
         for tensor in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(tensor, torch.Tensor) and tensor.untyped_storage().nbytes():
-                size = tensor.untyped_storage().nbytes()
-                self.live += size
+            if not isinstance(tensor, torch.Tensor) or not tensor.untyped_storage().nbytes():
+                continue
+            storage = tensor.untyped_storage()
+            key = storage.data_ptr()
+            if key not in self._storages:
+                if func.is_view:
+                    continue  # a view of a tensor made outside the block
+                self._storages[key] = [storage.nbytes(), 0]
+                self.live += storage.nbytes()
                 self.peak = max(self.peak, self.live)
-                weakref.finalize(tensor, self._free, size)
+            self._storages[key][1] += 1
+            weakref.finalize(tensor, self._release, key)
         return out
 
-    def _free(self, size: int) -> None:
-        self.live -= size
+    def _release(self, key: int) -> None:
+        entry = self._storages[key]
+        entry[1] -= 1
+        if not entry[1]:
+            self.live -= entry[0]
+            del self._storages[key]
 
 
 class _Floor(nn.Module):
@@ -90,8 +109,9 @@ def _openvino_dynamic(module: nn.Module, x: torch.Tensor, threads: int) -> Any:
 
 def peak_memory(module: nn.Module, x: torch.Tensor) -> dict[str, float]:
     """The graph form's peak in eager (:meth:`~fxpool.dynamic.DynamicAdaptiveAvgPool.traced_form`: the window
-    gathers every torch.export-based exporter gets; the TorchScript graph's slices hold less): the input,
-    plus the most bytes its tensors hold at once, against input plus output."""
+    gathers as the TorchScript exporter traces them; its slices hold less, and ``torch.export`` with a
+    dynamic dimension gets one masked block per axis, more): the input, plus the most bytes its tensors
+    hold at once, against input plus output."""
     with torch.no_grad(), PeakBytes() as meter:
         out = module.traced_form(x)
     size_in, size_out = x.untyped_storage().nbytes(), out.untyped_storage().nbytes()

@@ -183,15 +183,47 @@ def test_torch_export_takes_named_dims_with_bounds(family: str, strict: bool) ->
 
 @pytest.mark.parametrize("family", ["avg", "max"])
 def test_a_million_long_axis_costs_memory_linear_in_it(family: str) -> None:
-    """The (o x L) masks of the earlier form made 997 x 10**6 booleans here (125x the input); the window
-    forms hold a few copies of the input (its layout, the gathered windows, their masked copy) and, with
-    only two rows of it, int64 window positions as large as the input itself."""
+    """The (o x L) masks of an earlier form made 997 x 10**6 booleans here (125x the input); the window
+    forms hold the input's spatial-first copy and half of the gathered windows at a time (2.0x the input
+    beside it, measured; 4.1x and 3.0x before the halves)."""
     x = torch.randn(1, 2, 1_000_000)
     module = MODULES[family]((997,))
     with torch.no_grad(), PeakBytes() as meter:
         pooled = module.traced_form(x)
     torch.testing.assert_close(pooled, native(family, x, (997,)), rtol=1e-5, atol=1e-6)
-    assert meter.peak <= 8 * x.untyped_storage().nbytes(), meter.peak / x.untyped_storage().nbytes()
+    assert meter.peak <= 2.1 * x.untyped_storage().nbytes(), meter.peak / x.untyped_storage().nbytes()
+
+
+# (family, input shape, output): the benchmark's pool cases (model_zoo_checks.benchmarks.SHAPES) with fewer
+# channels, and a bound a little above their peak over input plus output as measured (2.4-3.1; the forms
+# before these held 3.1-5.4). The issue's goal, 2, is not reached: the spatial-first copy alone is the
+# input's size, and a first axis shrunk to 0.7 of it lives beside it with one more such tensor.
+PEAK_CASES = [
+    ("avg", (2, 64, 10, 10), (7, 7), 2.85),
+    ("avg", (1, 64, 64, 64), (6, 6), 2.7),
+    ("avg", (2, 64, 4, 5), (6, 6), 2.8),
+    ("avg", (2, 16, 5, 10, 10), (3, 7, 7), 3.1),
+    ("avg", (2, 64, 1000), (101,), 2.5),
+    ("max", (2, 64, 10, 10), (7, 7), 2.85),
+    ("max", (2, 16, 9, 10, 11), (4, 3, 7), 3.1),
+    ("max", (2, 64, 4, 8), (6, 16), 2.95),
+    ("max", (2, 64, 1000), (101,), 2.55),
+]
+
+
+@pytest.mark.parametrize(("family", "shape", "out_sizes", "bound"), PEAK_CASES, ids=str)
+def test_peak_memory_of_the_graph_form_stays_within_its_measured_bound(family: str, shape, out_sizes, bound: float) -> None:
+    """The input plus the most bytes the graph form holds at once, over input plus output, as the
+    benchmark's ``peak / (in + out)`` column reads it, at the case's size and 1.3x it per axis."""
+    module = MODULES[family](out_sizes)
+    dims = len(out_sizes)
+    for scale in (1.0, 1.3):
+        x = torch.randn(*shape[:-dims], *(round(s * scale) for s in shape[-dims:]))
+        with torch.no_grad(), PeakBytes() as meter:
+            pooled = module.traced_form(x)
+        size_in, size_out = x.untyped_storage().nbytes(), pooled.untyped_storage().nbytes()
+        ratio = (size_in + meter.peak) / (size_in + size_out)
+        assert ratio <= bound, (shape, scale, ratio)
 
 
 @pytest.mark.parametrize("family", ["avg", "max"])
@@ -235,3 +267,49 @@ def test_dynamic_pools_trace_again_with_torch_fx(family: str) -> None:
 def test_a_dynamic_module_refuses_an_unknown_form() -> None:
     with pytest.raises(ValueError, match="kind"):
         DynamicAdaptiveAvgPool((3,), kind="matmul")  # type: ignore[arg-type]
+
+
+def sparse_non_finite(shape: tuple[int, ...], seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Random values with a few NaN, +inf and -inf (about one entry in 12 each kind), so that long windows
+    hold none, one kind, or several."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, dtype=dtype, generator=generator)
+    kind = torch.randint(0, 36, shape, generator=generator)
+    x[kind == 0], x[kind == 1], x[kind == 2] = float("nan"), float("inf"), float("-inf")
+    return x
+
+
+@pytest.mark.parametrize("family", ["avg", "max"])
+def test_the_graph_form_is_exact_on_every_short_axis_with_nan_and_infinities(family: str) -> None:
+    """Every length to 60 and output to 13: windows of 0 to 60 sure entries (split in halves from 4), one
+    or two more, outputs longer than the input."""
+    for length, out_size in itertools.product(range(1, 61), range(1, 14)):
+        x = sparse_non_finite((1, 3, length), seed=length * 31 + out_size)
+        module = MODULES[family]((out_size,))
+        expected = native(family, x, (out_size,))
+        torch.testing.assert_close(module.traced_form(x), expected, rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+@pytest.mark.parametrize("example", [10, 40], ids=["whole-blocks", "halves"])
+@pytest.mark.parametrize("family", ["avg", "max"])
+def test_one_exported_graph_is_exact_on_every_short_axis(family: str, example: int, dynamo: bool, tmp_path) -> None:
+    """A graph traced where the sure entries make one block (10 -> 3) or two halves (40 -> 3), run in
+    onnxruntime at every length to 50, with NaN and infinities."""
+    pytest.importorskip("onnxruntime")
+    from fxpool.verifying import run_onnxruntime
+
+    module = MODULES[family]((3,))
+    x = torch.randn(2, 3, example)
+    path = str(tmp_path / "dyn.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if dynamo:
+            shapes = ({2: torch.export.Dim("L", min=1, max=4096)},)
+            torch.onnx.export(module, (x,), path, dynamo=True, dynamic_shapes=shapes, verbose=False)
+        else:
+            torch.onnx.export(module, (x,), path, dynamo=False, input_names=["x"], dynamic_axes={"x": {2: "L"}})
+    for length in range(1, 51):
+        y = sparse_non_finite((2, 3, length), seed=length, dtype=torch.float32)
+        (out,) = run_onnxruntime(path, (y,))
+        torch.testing.assert_close(torch.from_numpy(out), native(family, y, (3,)), rtol=1e-5, atol=1e-5, equal_nan=True)
