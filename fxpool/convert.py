@@ -15,7 +15,13 @@ The conversion is a short pipeline, each stage a function of the previous one's 
    What disagrees is undone (:class:`_Undo`: a replacement) and the pipeline runs again from a
    fresh copy.
 
-Every decision becomes a :class:`~fxpool.report.PoolRecord`; the check is in the report too.
+Every decision becomes a :class:`~fxpool.report.PoolRecord`; the check is in the report too. Then the
+claims are proven (:mod:`fxpool.proving`): what a tracer sees of the result.
+
+Copy, find and build are the front end's (:class:`FrontEnd`): the module tree's above, or, for a
+``torch.export`` program and an ATen-level ``GraphModule``, :mod:`fxpool.programs`' (a graph copy, one
+site per ATen pool node, the replacements called in the nodes' place); a program is then exported again
+and proven by the finder read over its new graph. Record, decide, check and undo are the same for both.
 """
 
 from __future__ import annotations
