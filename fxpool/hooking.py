@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
@@ -40,18 +41,26 @@ def onnx_export_hook(*, strict: bool = False, dynamic: bool = False) -> Iterator
     time with fxpool's (the exporters' state is process-wide). Blocks may nest and may be left in any
     order; ``torch.onnx.export`` is restored when the last one is left.
     """
-    with export_handler(functools.partial(_hooked_export, strict=strict, dynamic=dynamic)):
+    with export_handler(functools.partial(_hooked_export, _HookOptions(strict, dynamic))):
         yield
 
 
+@dataclass(frozen=True)
+class _HookOptions:
+    """The hook's own options, kept apart from the exporter's keyword arguments (no name of theirs can clash)."""
+
+    strict: bool
+    dynamic: bool
+
+
 def _hooked_export(
-    original: Callable[..., Any], model: Any, args: Any = (), f: Any = None, *rest: Any, strict: bool, dynamic: bool, **kwargs: Any
+    options: _HookOptions, original: Callable[..., Any], model: Any, args: Any = (), f: Any = None, *rest: Any, **kwargs: Any
 ) -> Any:
     """``torch.onnx.export`` in a thread inside a hook: convert, then export with fxpool's translations."""
     require_export_dependencies(kwargs, False, "torch.onnx.export under fxpool.onnx_export_hook")
     check_opset(kwargs)
     if isinstance(model, nn.Module) and not hasattr(model, REPORT_ATTRIBUTE):
-        model = convert_for_export(model, read_example(args, kwargs.get("kwargs")), dynamic, strict)
+        model = convert_for_export(model, read_example(args, kwargs.get("kwargs")), options.dynamic, options.strict)
     report = getattr(model, REPORT_ATTRIBUTE, None)
     if isinstance(model, nn.Module) and report is not None:
         refuse_dynamic_spatial_axes_for(model, kwargs)
