@@ -177,13 +177,12 @@ def proven(report: ConversionReport, traced: TracedPools) -> ConversionReport:
     extra: list[PoolRecord] = []
     for pool in sorted(traced.pools, key=lambda p: p.input_shape is None):  # the pools of known shapes first
         key = (pool.family, pool.input_shape, pool.output_shape)
-        same_family = [k for k, n in expected.items() if n > 0 and k[0] == pool.family]
+        if pool.input_shape is None:  # shapes the tracer does not know: any record left of its family
+            key = next((k for k, n in expected.items() if n > 0 and k[0] == pool.family), key)
         if expected[key] > 0:
             expected[key] -= 1
         elif unseen[pool.family] > 0:
             unseen[pool.family] -= 1
-        elif pool.input_shape is None and same_family:
-            expected[same_family[0]] -= 1
         else:
             extra.append(_record_of(pool, traced.tracer))
     return replace(report, records=report.records + tuple(extra), proved_by=traced.tracer)
