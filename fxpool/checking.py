@@ -147,16 +147,24 @@ def rounding_noise(model: nn.Module, example: Example, reference: Any) -> Noise:
 
 
 def _run_against(model: nn.Module, example: Example, reference: Any, nudge: bool) -> tuple[str | None, float, float]:
-    probe = structural_copy(model, clone_buffers=True)
-    with ExitStack() as stack:
-        stack.enter_context(example_run(example))
-        if nudge:
-            stack.enter_context(_PoolOutputsNudged())
-        try:
-            output = example.call(probe)
-        except Exception as raised:
-            return f"it raised {error_summary(raised)}", float("inf"), 0.0
+    output, raised = _run(structural_copy(model), example, _PoolOutputsNudged() if nudge else contextlib.nullcontext())
+    if raised is not None:
+        return raised, float("inf"), 0.0
     return compare_outputs(output, reference)
+
+
+def _run(model: nn.Module, example: Example, mode: contextlib.AbstractContextManager[Any]) -> tuple[Any, str | None]:
+    """``model``'s output on the example, run without side effects, or what it raised, in words."""
+    with ExitStack() as stack:
+        stack.enter_context(buffers_cloned(tree_modules(model)))
+        # A GraphModule that raises prints its generated code to stderr before re-raising; the caller reports it.
+        stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
+        stack.enter_context(example_run(example))
+        stack.enter_context(mode)
+        try:
+            return example.call(model), None
+        except Exception as raised:
+            return None, f"it raised {error_summary(raised)}"
 
 
 class _PoolOutputsNudged(TorchFunctionMode):
@@ -212,28 +220,14 @@ def self_check(converted: nn.Module, example: Example, reference: Any, export_re
 
 
 def _check_run(converted: nn.Module, example: Example, reference: Any, export: bool) -> SelfCheck:
-    probe = converted
     checks: list[ReplacementCheck] = []
-    modules = tree_modules(probe)
     with ExitStack() as stack:
-        stack.enter_context(buffers_cloned(modules))
-        for module in modules:
+        for module in tree_modules(converted):
             if hasattr(module, "fxpool_native_reference"):
                 stack.enter_context(module.register_forward_hook(_replacement_hook(checks), prepend=True))
-        # A GraphModule that raises prints its generated code to stderr before re-raising; the
-        # failure is reported in the check instead.
-        stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
-        stack.enter_context(export_flag(export))
-        with example_run(example):
-            try:
-                output = example.call(probe)
-            except Exception as raised:  # the converted model failing where the original ran
-                return SelfCheck(
-                    "failed",
-                    "the converted model on the example input",
-                    replacements=tuple(checks),
-                    mismatch=f"it raised {error_summary(raised)}",
-                )
+        output, raised = _run(converted, example, export_flag(export))
+    if raised is not None:  # the converted model failing where the original ran
+        return SelfCheck("failed", "the converted model on the example input", replacements=tuple(checks), mismatch=raised)
     mismatch, error, bound = compare_outputs(output, reference)
     status: CheckStatus = "failed" if mismatch or any(not c.passed for c in checks) else "passed"
     return SelfCheck(

@@ -60,7 +60,7 @@ from .programs import (
 )
 from .proving import proven, traced_pools
 from .recording import Recording, record_pool_calls
-from .report import REPORT_ATTRIBUTE, ConversionReport, attach_report, report_of
+from .report import ConversionReport, attach_report
 
 # A conversion that fails its self-check is redone with what failed undone; each round undoes at
 # least one replacement, so this bounds only pathological models.
@@ -131,18 +131,19 @@ def convert(
     (``program.module()``) a rewritten copy: see :mod:`fxpool.programs`.
     """
     if isinstance(model, ExportedProgram) or has_aten_pools(model):
-        return _convert_program(model, example_input, example_kwargs, strict, dynamic)
-    if example_input is None:
+        converted, report = _convert_program(model, example_input, example_kwargs, dynamic)
+    elif example_input is None:
         raise TypeError(
             "fxpool.convert(model, example_input): an nn.Module needs its example input (only a torch.export program "
             "carries its own)"
         )
-    converted, report = _convert(model, read_example(example_input, example_kwargs), dynamic)
+    else:
+        converted, report = _convert(model, read_example(example_input, example_kwargs), dynamic)
     if strict:
         enforce_strict(report, for_export=False)
     else:
         warn_left(report, for_export=False)
-    setattr(converted, REPORT_ATTRIBUTE, report)
+    attach_report(converted, report)
     return converted
 
 
@@ -203,22 +204,16 @@ def _log_decisions(report: ConversionReport) -> None:
     log.info("converted %d of %d adaptive pool(s); self-check %s", len(report.converted), len(report.records), check)
 
 
-def _convert_program(model: Any, example_input: Any, example_kwargs: Mapping[str, Any] | None, strict: bool, dynamic: bool) -> Any:
+def _convert_program(
+    model: Any, example_input: Any, example_kwargs: Mapping[str, Any] | None, dynamic: bool
+) -> tuple[Any, ConversionReport]:
     """``convert`` of a torch.export program, or of a GraphModule calling ATen pool operators (fxpool.programs)."""
     example = None if example_input is None else read_example(example_input, example_kwargs)
-    converted: Any
     if isinstance(model, ExportedProgram):
-        converted, report = _convert_exported(model, example or program_example(model), dynamic)
-    elif example is None:
+        return _convert_exported(model, example or program_example(model), dynamic)
+    if example is None:
         raise TypeError("fxpool.convert(graph_module, example_input): a GraphModule needs its example input")
-    else:
-        converted, report = _convert(model, example, dynamic, _graphs(GRAPH_SCOPE))
-    if strict:
-        enforce_strict(report, for_export=False)
-    else:
-        warn_left(report, for_export=False, stacklevel=4)  # the caller of convert, through this function
-    attach_report(converted, report)
-    return converted
+    return _convert(model, example, dynamic, _graphs(GRAPH_SCOPE))
 
 
 def _convert_exported(program: ExportedProgram, example: Example, dynamic: bool) -> tuple[ExportedProgram, ConversionReport]:
@@ -254,7 +249,7 @@ def explain(
 ) -> ConversionReport:
     """The report ``convert`` would produce (every pool, its replacement and why), without the converted model."""
     if isinstance(model, ExportedProgram) or has_aten_pools(model):
-        return report_of(_convert_program(model, example_input, example_kwargs, False, dynamic))
+        return _convert_program(model, example_input, example_kwargs, dynamic)[1]
     return _convert(model, read_example(example_input, example_kwargs), dynamic)[1]
 
 

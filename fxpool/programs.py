@@ -208,13 +208,13 @@ def _free_name(gm: nn.Module, prefix: str) -> str:
 
 def program_example(program: ExportedProgram) -> Example:
     """The program's own example inputs, or random inputs of the shapes its user inputs were exported with."""
-    stored = program.example_inputs
-    if stored is not None:
-        args, kwargs = stored
-        return read_example(tuple(args), dict(kwargs))
-    fakes = _user_input_values(program)
+    args, kwargs = program.example_inputs or _random_inputs(program)
+    return read_example(tuple(args), dict(kwargs))
+
+
+def _random_inputs(program: ExportedProgram) -> tuple[Any, Any]:
     leaves = []
-    for fake in fakes:
+    for fake in _user_input_values(program):
         if not isinstance(fake, torch.Tensor):
             raise ExampleInputError(
                 f"the program has no stored example inputs and a user input that is not a tensor ({fake!r}); pass "
@@ -227,8 +227,7 @@ def program_example(program: ExportedProgram) -> Example:
             leaves.append(torch.randint(0, 2, shape, device=fake.device).bool())
         else:
             leaves.append(torch.randint(0, 2, shape, dtype=fake.dtype, device=fake.device))
-    args, kwargs = torch.utils._pytree.tree_unflatten(leaves, program.call_spec.in_spec)
-    return read_example(tuple(args), dict(kwargs))
+    return torch.utils._pytree.tree_unflatten(leaves, program.call_spec.in_spec)
 
 
 def _hint(size: Any) -> int:

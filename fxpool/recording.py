@@ -130,11 +130,11 @@ def record_pool_calls(model: nn.Module, example: Example) -> Recording:
 
 def _record(model: nn.Module, example: Example, export: bool) -> Recording:
     probe = structural_copy(model, clone_buffers=True)
+    modules, names = tree_index(probe)
     scripted = scripted_modules(probe)
     recording = Recording()
     stack: list[tuple[str, int]] = []
     in_pool_module: list[bool] = []  # parallel to stack: is that module an adaptive pool?
-    modules, names = tree_index(probe)
     pool_modules: dict[int, PoolCall | None] = {}
     converted: dict[int, tuple[PoolCall, str]] = {}  # fxpool's own replacements, found again
     for module in modules:
