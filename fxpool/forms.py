@@ -1,12 +1,5 @@
-"""The plain ops each step of a plan runs, and the loops that run a plan's steps.
-
-:func:`run_steps` runs ``PoolPlan.steps`` (what tracers see, and eager where no one-call form serves),
-:func:`run_onnx_steps` the plan's ``onnx_steps`` (ONNX export's own forms), each step by one function
-here: stride-1 AvgPools per window length and a gather (:func:`sliding_window_means`), one slice and
-mean per window (:func:`window_slice_means`), window sums and maxima of gathered positions
-(:func:`window_sums`, :func:`window_maxima`, :func:`window_block_maxima`), blocks
-(:func:`block_reduce`), and the constant tables they gather by (:func:`window_gather_indices` and the
-rest), built exactly from the window bounds. None multiplies an entry outside its window, so NaN and
+"""The plain ops each step of a plan runs (:func:`run_steps`, :func:`run_onnx_steps`) and the constant tables
+they gather by, built exactly from the window bounds. None multiplies an entry outside its window, so NaN and
 ±inf stay in their windows.
 """
 
@@ -43,11 +36,8 @@ MAX_POOLS = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 
 
 def keep_memory_format(source: torch.Tensor, result: torch.Tensor, spatial_dims: int) -> torch.Tensor:
-    """``result`` in the layout PyTorch's adaptive pools give for ``source``.
-
-    2d pools keep a channels-last input channels-last; 3d pools return a contiguous tensor whatever
-    the input's layout.
-    """
+    """``result`` in the layout PyTorch's adaptive pools give for ``source``: 2d pools keep channels-last,
+    3d pools return a contiguous tensor."""
     if not isinstance(source, torch.Tensor):  # a Proxy under torch.fx
         return result
     if spatial_dims == 3:
@@ -69,13 +59,9 @@ def sliding_window_indices(in_size: int, out_size: int, lengths: Sequence[int]) 
 
 
 def window_gather_indices(in_size: int, out_size: int, span: int, zero_padded: bool = False) -> torch.Tensor:
-    """Each window's positions in order, padded to ``span``.
-
-    By repeating its last position (max): a repeat comes after the position it copies, so a max over
-    the span still finds the first (and, for NaN, the last) maximum where PyTorch does, and its
-    gradient lands on the same input. Or by ``in_size`` (``zero_padded``, average): the position of
-    the zero the replacement appends to the axis.
-    """
+    """Each window's positions in order, padded to ``span``: by repeating its last position (max: a repeat
+    comes after what it copies, so the first maximum, and its gradient, stay where PyTorch's are), or by
+    ``in_size`` (``zero_padded``, average: the zero appended to the axis)."""
     positions = []
     for start, end in window_bounds(in_size, out_size):
         positions += list(range(start, end)) + [in_size if zero_padded else end - 1] * (span - (end - start))
@@ -101,26 +87,18 @@ def window_maxima(x: torch.Tensor, dim: int, gathers: Sequence[torch.Tensor]) ->
 
 
 def window_block_maxima(x: torch.Tensor, dim: int, positions: torch.Tensor, out_size: int, span: int) -> torch.Tensor:
-    """Each window's maximum along ``dim`` from one gather of its ``span`` positions (a shorter window
-    repeating its last, :func:`window_gather_indices`) and one ReduceMax, with NaN where the window holds
-    one: the sum of its absolute values (Abs, ReduceSum) is NaN exactly then (``|x| >= 0``: no inf - inf),
-    and onnxruntime's ReduceMax skips NaN. For long windows, where a gather per position
-    (:func:`window_maxima`) makes thousands of ops."""
+    """Each window's maximum along ``dim`` from one gather of its positions and one ReduceMax (for long windows,
+    where :func:`window_maxima` makes thousands of ops). NaN where the window holds one: onnxruntime's ReduceMax
+    skips NaN, and the sum of the window's absolute values is NaN exactly then (``|x| >= 0``: no inf - inf)."""
     windows = x.index_select(dim, positions).unflatten(dim, (out_size, span))
     flags = windows.abs().sum(dim + 1)
     return torch.where(torch.isnan(flags), float("nan"), windows.amax(dim + 1))
 
 
 def window_sums(x: torch.Tensor, dim: int, positions: torch.Tensor, out_size: int, span: int) -> torch.Tensor:
-    """Each window's sum along ``dim``: the ``out_size * span`` window positions of
-    :func:`window_gather_indices` (zero-padded) gathered at once, split into windows and summed over the
-    span. No Add, Mul or Where, so NaN and ±inf stay in their windows.
-
-    Under torch.export (the dynamo ONNX exporter, opset 18 and up): Gather, Reshape and an Einsum that
-    sums the span axis, which static INT8 quantizers leave in float (NNCF quantizes the input of every
-    ReduceSum, onnxruntime's QDQ every Add and Concat: one more rounding of the partial sums per axis).
-    Under the TorchScript exporter (opsets from 11, before Einsum): one Gather with 2-D indices and a
-    ReduceSum."""
+    """Each window's sum along ``dim``: its zero-padded positions (:func:`window_gather_indices`) gathered at
+    once, split into windows and summed over the span (:func:`span_sum`). No Add, Mul or Where: NaN and ±inf
+    stay in their windows, and static INT8 quantizers leave the Einsum in float."""
     if torch.jit.is_tracing():
         windows = x[(slice(None),) * dim + (positions.view(out_size, span),)]
     else:
@@ -215,10 +193,8 @@ def _cast_like(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def sliding_window_means(x: torch.Tensor, step: SlidingWindowStep, dims: int, indices: torch.Tensor) -> torch.Tensor:
-    """Each window's mean along ``step.axis``: a stride-1 AvgPool per window length (each sums only the
-    entries of one window, so a NaN or an infinity stays in the windows that hold it), concatenated,
-    then the window starts gathered (:func:`sliding_window_indices`). A length of 1 is the axis itself.
-    1d and 2d pools only: planning slices the windows of 3d pools."""
+    """Each window's mean along ``step.axis``: a stride-1 AvgPool per window length (a length of 1 is the axis
+    itself), concatenated, then the window starts gathered (:func:`sliding_window_indices`). 1d and 2d only."""
     dim = step.axis - dims
     blocks = []
     for length in step.lengths:
@@ -232,9 +208,7 @@ def sliding_window_means(x: torch.Tensor, step: SlidingWindowStep, dims: int, in
 
 
 def window_slice_means(x: torch.Tensor, dim: int, bounds: Sequence[tuple[int, int]]) -> torch.Tensor:
-    """Each window's mean along ``dim`` (negative): the window sliced out and averaged, the means
-    concatenated. Each mean reads only its window, so a NaN or an infinity stays in the windows that
-    hold it."""
+    """Each window's mean along ``dim`` (negative): the window sliced out and averaged, the means concatenated."""
     return torch.cat([x.narrow(dim, start, end - start).mean(dim, keepdim=True) for start, end in bounds], dim)
 
 
@@ -313,12 +287,8 @@ def run_steps(module: Any, x: torch.Tensor) -> torch.Tensor:
 
 
 def run_onnx_steps(module: Any, x: torch.Tensor) -> torch.Tensor:
-    """The plan's ``onnx_steps``: window maxima or window sums by gathers, or block sums or maxima by a
-    Reshape, then any upsampling.
-
-    Values only (ONNX graphs are for inference). A maximum rounds nothing; window sums of float16
-    and bfloat16 inputs are taken in float32, as PyTorch's average pools accumulate them.
-    """
+    """The plan's ``onnx_steps``, values only (ONNX graphs are for inference); window sums of float16 and
+    bfloat16 inputs are taken in float32, as PyTorch's average pools accumulate them."""
     source, dims, dtype = x, module.plan.spatial_dims, x.dtype
     upcast = module.plan.family == "avg" and dtype in LOW_PRECISION
     if upcast:

@@ -1,45 +1,15 @@
-"""The choice of an exact replacement for one adaptive pool, as a pure function of sizes.
+"""The choice of an exact replacement for one adaptive pool, as a pure function of sizes (no torch here).
 
-:func:`choose_plan` takes the pool family (``"avg"`` or ``"max"``), the spatial input sizes and the
-output sizes, and returns a :class:`PoolPlan`: one :class:`AxisChoice` per spatial axis and the
-ordered steps that compute the pool exactly.
+:func:`choose_plan` tries the per-axis rules of :data:`AXIS_RULES` in order (identity, reduce, pool,
+upsample, sliding, slices, gather: docs/rules.md has the table); the first that applies wins and every
+earlier one says why not. Every form sums or compares only the entries of a window, so NaN and ±inf stay
+in the windows that hold them (a matrix product would not: ``0 * inf`` is NaN).
 
-Per axis, the rules are tried in this fixed order of preference (``AXIS_RULES``); the first that
-applies wins, and every one that does not says why:
-
-==============  ===========================================  ======================================
-kind            when                                         computed by
-==============  ===========================================  ======================================
-``identity``    output == input (or ``None`` in output_size)  nothing
-``reduce``      output 1                                      mean / amax over the axis
-``pool``        all windows one length k, starts step s        AvgPool / MaxPool(kernel k, stride s)
-``upsample``    output == r * input for an integer r >= 2       nearest upsampling
-``sliding``     average family, windows of 2 to                 one stride-1 AvgPool per window length,
-                ``SLIDING_MAX_LENGTH`` entries                 then a constant-index gather of the starts
-``slices``      average family, at most ``SLICES_MAX_WINDOWS``  each window sliced and averaged, then
-                windows                                       concatenated
-``gather``      anything else                                  constant-index gather of each window, padded
-                                                             to the longest (max: repeating its last
-                                                             position; average: a zero, then rescaled),
-                                                             then one MaxPool / AvgPool
-==============  ===========================================  ======================================
-
-Every form sums or compares only the entries of a window, so a NaN or an infinity stays in the
-windows that hold it, as in PyTorch's kernel. (A matrix product would not: ``0 * inf`` is NaN, and an
-averaging matrix multiplies every entry of the axis.)
-
-Steps run in this order: one pooling over all spatial axes (or one reduction), then the
-sliding and sliced axes, most-shrinking first, then one upsampling. Every average kind is separable
-by axis, so the order only changes the cost. The max family is not separable for its gradient: PyTorch sends it to the first maximum
-of each window in row-major order, and per-axis maxima would pick it column by column. So general
-max axes are first gathered — each window's positions copied out in order, padded to the longest
-window by repeating its last position — and then a single MaxPool covers every axis at once
-(gathered axes: kernel = stride = that length), which scans each window row-major as PyTorch does.
-
-The plan's data (its steps) is :mod:`fxpool.steps`; whether a pool is replaced at all, and the one
-decision per pool, :mod:`fxpool.guards`. Here: the per-axis rules and the cost constants fitted to
-the runtimes, the ONNX forms, and the choice of the ``dynamic=True`` form. Nothing here knows of
-torch, torch.fx or ONNX.
+Steps run in this order: one pooling over all spatial axes (or one reduction), then the sliding and
+sliced axes, most-shrinking first, then one upsampling. Averages are separable, so the order is only a
+cost. Maxima are not, for their gradient (PyTorch's goes to the first maximum of each window in
+row-major order), so general max axes are gathered (each window's positions in order, padded by
+repeating its last) and one MaxPool covers every axis at once, scanning windows as PyTorch does.
 """
 
 from __future__ import annotations
@@ -285,40 +255,16 @@ def choose_plan(
 
 
 def onnx_window_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]:
-    """The window form ONNX export runs (:class:`WindowReduceStep` per pooled axis, outer axes first, for
-    averages between a :class:`WindowZeroStep` and a :class:`WindowCountStep`, then the upsampling); for
-    a pool with no general axis, the block form of :func:`onnx_block_steps`; or ``()`` where ONNX export
-    runs ``steps``.
+    """The window form ONNX export runs, or ``()`` where ONNX export runs ``steps``.
 
-    Max family, wherever an axis has general windows. Why not ``steps`` (each window gathered, padded
-    to the longest, then one MaxPool): onnxruntime runs that 1.2-2.2x slower than OpenVINO's native
-    AdaptiveMaxPool, and its MaxPool skips NaN where PyTorch's pools return NaN. The window maxima as
-    elementwise Max of constant-index gathers are exact with NaN and ±inf, and measured 0.09-0.65x
-    OpenVINO's native op at one and two onnxruntime threads (the max cases of ``python -m
-    model_zoo_checks.benchmarks --sections pools``; see docs/results/benchmarks.md), 1.1-8x faster than
-    the gather graph but for 100x60->6 (the gather graph 0.64-0.90x its time, NaN-blind) and 4x8->6x16
-    at two threads (0.89x). Forms measured and not taken: a sliding MaxPool (stride 1) of
-    the shortest window length, then two gathers of its result and a Max per axis (as fast on some
-    cases, 2.4x slower on 100x60, and NaN-exact only with a NaN count per window beside it, which made
-    it 1.3-3.3x slower); the same with the input moved channels-last first (faster on small planes,
-    1.6x slower on 64x64). Outer axes go first: their gathers copy whole rows, and the last axis's
-    element by element then reads the shrunk tensor; where :func:`last_axis_copies` reaches
-    :data:`SPATIAL_FIRST_MIN_COPIES`, the spatial axes are moved in front first (:class:`SpatialLayoutStep`) and back after.
-
-    Average family, where an axis has general windows and the plane is small enough that
-    :func:`last_axis_copies` reaches :data:`WINDOW_SUMS_MIN_COPIES`: in the spatial-first layout, where
-    every gather copies whole blocks, one zero appended to each axis with shorter windows
-    (:class:`WindowZeroStep`), per pooled axis one gather of every window's positions and a sum over the
-    span, and one division by the window sizes (:class:`WindowCountStep`). Against the sliding AvgPools or
-    window slices of ``steps``, whose per-row copies along short rows cost most on small planes; and
-    against the window means it replaced (a gather per window position, Where on a constant mask, Add,
-    a Div per axis), faster on most cases and quantized as if the pool stayed in float: onnxruntime's
-    static QDQ requantizes every Add, Where and Concat inside a pool and NNCF the input of every Add,
-    ReduceSum and ReduceMean, while an Einsum (the sum over the span under torch.export) is left alone
-    by both (the benchmark's quantization section; :func:`fxpool.forms.window_sums`).
-
-    Only forward values: ONNX graphs are for inference; ``torch.export`` keeps ``steps``, whose max
-    gradient goes to the first maximum in row-major order as PyTorch's does.
+    Per pooled axis, outer axes first, a :class:`WindowReduceStep` (for averages between a
+    :class:`WindowZeroStep` and a :class:`WindowCountStep`), then the upsampling; the spatial axes are moved in
+    front first (:class:`SpatialLayoutStep`) for averages, and for maxima where :func:`last_axis_copies`
+    reaches :data:`SPATIAL_FIRST_MIN_COPIES`. Max family wherever an axis has general windows (exact with NaN,
+    which onnxruntime's MaxPool skips); average family where :func:`last_axis_copies` reaches
+    :data:`WINDOW_SUMS_MIN_COPIES`. A pool with no general axis gets :func:`onnx_block_steps`. Forward values
+    only: ``torch.export`` keeps ``steps``, whose max gradient lands where PyTorch's does. The forms and
+    their measurements: docs/export.md, "Uneven windows".
     """
     general = ("gather",) if family == "max" else ("sliding", "slices", "gather")
     if not any(axis.kind in general for axis in axes):
@@ -343,14 +289,8 @@ def onnx_window_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple
 def onnx_block_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]:
     """The block form ONNX export runs for a pool whose windows tile every pooled axis, or ``()``.
 
-    Per pooled axis, outer axes first, a :class:`BlockReduceStep`, then for averages one division by the
-    window sizes. Where the last axis's windows hold at least :data:`BLOCK_MIN_LENGTH` entries:
-    onnxruntime's AveragePool and MaxPool walk every window of every plane, while a reduction over an
-    outer axis's blocks adds whole rows and the last axis's then reads a tensor that many times smaller:
-    64x64->2x2 over 512 channels at 1.0-1.2x the read-once floor, where AveragePool took 3.7-4.1x (the
-    benchmark's pools section). Shorter blocks keep the pool of ``steps``: a reduction over a few
-    adjacent entries, or over short rows of a small plane, costs more per entry than the pool. Under
-    torch.export the sums are Einsums, which static INT8 quantizers leave in float.
+    Per pooled axis, outer axes first, a :class:`BlockReduceStep`, then for averages one division, where the
+    last axis's windows hold at least :data:`BLOCK_MIN_LENGTH` entries (shorter blocks keep the pool).
     """
     if any(a.kind not in ("identity", "pool", "reduce") for a in axes) or not any(a.kind == "pool" for a in axes):
         return ()

@@ -1,11 +1,6 @@
-"""A replacement plan's data: one choice per spatial axis and the ordered steps that compute the pool.
-
-:class:`PoolPlan` holds the family, the sizes, one :class:`AxisChoice` per spatial axis (its kind and
-why) and the steps (:data:`Step`: pooling, reduction, sliding windows, window slices, gathers, window
-sums and maxima, blocks, layout moves, scales, upsampling), with ``onnx_steps`` where ONNX export runs
-a form of its own. Plain frozen dataclasses: :mod:`fxpool.planning` makes them, the replacements and
-the exporter translations run them, reports describe them. Nothing here knows of torch or ONNX.
-"""
+"""A replacement plan's data: one :class:`AxisChoice` per spatial axis and the ordered steps (:data:`Step`) that
+compute the pool (``onnx_steps`` where ONNX export runs a form of its own). Plain frozen dataclasses, no torch:
+:mod:`fxpool.planning` makes them; the replacements and the exporter translations run them."""
 
 from __future__ import annotations
 
@@ -62,11 +57,8 @@ class ReduceStep:
 
 @dataclass(frozen=True)
 class SlidingWindowStep:
-    """Average one axis by a stride-1 AvgPool per window length, then gather each window's start.
-
-    The pooled results of the lengths are concatenated along the axis (shortest length first) and
-    output ``i`` is the entry at its window's length block and start (:func:`sliding_window_indices`).
-    """
+    """Average one axis by a stride-1 AvgPool per window length (concatenated, shortest first), then
+    gather each window's start in its length's block (:func:`~fxpool.forms.sliding_window_indices`)."""
 
     axis: int
     in_size: int
@@ -85,12 +77,9 @@ class WindowSlicesStep:
 
 @dataclass(frozen=True)
 class WindowGatherStep:
-    """Copy out each window's positions along one axis, padded to ``span``.
-
-    Max family: padded by repeating the window's last position, so a MaxPool with kernel and stride
-    ``span`` takes each window's maximum. Average family (``zero_padded``): padded with a zero, so
-    an AvgPool with that kernel gives ``sum / span``, which :class:`WindowScaleStep` turns into the mean.
-    """
+    """Copy out each window's positions along one axis, padded to ``span``: max by repeating the window's
+    last position (a MaxPool of kernel and stride ``span`` then takes each maximum); average
+    (``zero_padded``) with a zero (the AvgPool's ``sum / span`` is rescaled by :class:`WindowScaleStep`)."""
 
     axis: int
     in_size: int
@@ -101,15 +90,12 @@ class WindowGatherStep:
 
 @dataclass(frozen=True)
 class WindowReduceStep:
-    """Each window's maximum (max) or sum (avg) along one axis, from constant-index gathers.
+    """Each window's maximum (max) or sum (avg) along one axis, from constant-index gathers (ONNX only).
 
-    Max: ``span`` gathers, gather ``j`` taking position ``j`` of every window (a shorter window
-    repeats its last position), and the elementwise maximum of the gathers. Average: one gather of
-    every window's positions in order, ``out_size * span`` of them (a shorter window's missing
-    positions point at the zero :class:`WindowZeroStep` appended to the axis), split into ``(out_size,
-    span)`` and summed over the span; :class:`WindowCountStep` divides by the window sizes after the
-    last axis. The ONNX form of :attr:`PoolPlan.onnx_steps`: onnxruntime's MaxPool and ReduceMax skip
-    NaN, its elementwise Max, ReduceSum and Einsum propagate NaN and ±inf as PyTorch's pools do.
+    Max: gather ``j`` takes position ``j`` of every window (a shorter window repeats its last), then the
+    elementwise Max, which propagates NaN where onnxruntime's MaxPool and ReduceMax skip it. Average: one
+    gather of every window's positions (a shorter window's missing ones point at :class:`WindowZeroStep`'s
+    zero), summed over the span; :class:`WindowCountStep` divides after the last axis.
     """
 
     family: PoolFamily
@@ -121,10 +107,8 @@ class WindowReduceStep:
 
 @dataclass(frozen=True)
 class BlockReduceStep:
-    """Each window's sum (avg) or maximum (max) along one axis whose ``out_size`` windows tile it (one
-    length, stride equal to it): the axis split into ``(out_size, length)`` and reduced over the length,
-    a Reshape and one ReduceSum/Einsum or ReduceMax in ONNX. Averages end with a
-    :class:`WindowCountStep`. ReduceMax skips NaN in onnxruntime, as the MaxPool it replaces does."""
+    """Each window's sum (avg) or maximum (max) along one axis that ``out_size`` windows tile: a Reshape to
+    ``(out_size, length)`` and one reduction (ReduceMax skips NaN in onnxruntime, as the MaxPool it replaces)."""
 
     family: PoolFamily
     axis: int
@@ -150,12 +134,8 @@ class WindowCountStep:
 
 @dataclass(frozen=True)
 class SpatialLayoutStep:
-    """Move the spatial axes in front of the batch and channel axes (``spatial_first``), or back after.
-
-    In front, a gather along a spatial axis copies whole blocks of every batch and channel; after the
-    pool, back in their place (the result contiguous). :class:`WindowReduceStep` between the two names its
-    axis as ever; the executor knows where it lies.
-    """
+    """Move the spatial axes in front of the batch and channel axes (``spatial_first``), or back after:
+    in front, a gather along a spatial axis copies whole blocks. Steps between the two name their axis as ever."""
 
     spatial_first: bool
 
@@ -172,11 +152,8 @@ class WindowScaleStep:
 
 @dataclass(frozen=True)
 class UpsampleStep:
-    """Nearest upsampling of every spatial axis to ``sizes`` (integer factors only).
-
-    ``None`` marks an axis that keeps its input size (``None`` in output_size): its size is read
-    from the input at run time, since the replacement accepts any size there.
-    """
+    """Nearest upsampling of every spatial axis to ``sizes`` (integer factors only; ``None``: the axis keeps
+    its input size, read at run time)."""
 
     sizes: tuple[int | None, ...]
 
