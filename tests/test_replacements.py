@@ -438,6 +438,25 @@ def test_a_3d_average_pool_is_two_2d_pools_under_torch_export_and_stays_3d_in_on
     assert op_histogram(str(tmp_path / "p.onnx")).get("AveragePool") == 1
 
 
+@pytest.mark.parametrize(
+    ("in_sizes", "out_sizes"), [((10, 10), (7, 7)), ((33, 33), (6, 6)), ((4, 4), (6, 6)), ((40, 40), (6, 6)), ((10, 33), (7, 6))]
+)
+def test_2d_window_means_are_average_pools_under_torch_export_where_xnnpack_takes_them(in_sizes, out_sizes) -> None:
+    """Sliding and sliced windows under torch.export for a PyTorch runtime: each window an AvgPool2d over the whole
+    window (XNNPACK takes it), no gather and no mean over one axis (left outside XNNPACK's partition); exact with NaN
+    and ±inf in the input, which stay in their windows (tolerance: float32 rounding, NaN where PyTorch's is)."""
+    plan = choose_plan("avg", in_sizes, out_sizes)
+    assert {step.__class__.__name__ for step in plan.steps} & {"SlidingWindowStep", "WindowSlicesStep"}, plan.describe()
+    module = ExactAdaptivePool(plan, "p")
+    x = torch.randn(2, 3, *in_sizes)
+    x[0, 0, 1, 2], x[0, 1, -1, -1], x[1, 2, 0, 0] = float("nan"), float("inf"), float("-inf")
+    program = torch.export.export(module, (x,))
+    targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+    assert not targets & {"aten.index_select.default", "aten.mean.dim"}, targets
+    assert "aten.avg_pool2d.default" in targets, targets
+    torch.testing.assert_close(program.module()(x), F.adaptive_avg_pool2d(x, out_sizes), rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
 def test_a_mean_that_keeps_an_axis_at_its_traced_size_checks_that_size_in_eager() -> None:
     """3x3 -> 1x3 is a mean over H with W kept: at 4x4 the original gives 1x3, so the replacement must refuse
     (it once took the eager fast path unchecked and returned 1x4)."""
