@@ -41,44 +41,25 @@ from .steps import (
 )
 from .windows import uniform_stride, upsample_factor, window_lengths
 
-# Which exact form a general average axis gets, fitted to onnxruntime on the CPU (one thread, a quiet
-# machine; ``python -m model_zoo_checks.benchmarks --sections avgforms``, ms): a stride-1 AvgPool per
-# window length wins while windows are short, up-sampling included (10->7 at 8x512: 2.6 against 4.0 for
-# slices; 14->6: 1.8 against 3.7; 11->4: 0.15 against 0.26; 20->7: 0.56 against 0.58; 6->17 at 8x64:
-# 0.62 against 1.23), slicing each window wins once they are long (33->6: 0.64 against 0.68; 64->6: 1.8
-# against 5.3; 1d 1000->101: 0.79 against 8.7) and on 3d pools (onnxruntime's 3d AveragePool: 5x10x10->3x7x7
-# 0.47 against 1.7), while the windows are few enough that one Slice and one ReduceMean each cost
-# little; beyond that the windows are gathered, zero-padded.
+# The limits between forms are fitted to onnxruntime on the CPU, forms timed side by side (``make bench``,
+# sections avgforms, maxforms and pools; the tables are in docs/results/benchmarks.md).
+# A general average axis: a stride-1 AvgPool per window length while windows are short (10->7 at 8x512:
+# 2.6 ms against 4.0 for slices), each window sliced once they are long and few (64->6: 1.8 against 5.3;
+# 1d 1000->101: 0.79 against 8.7; and on 3d pools, where onnxruntime's AveragePool is slow), else gathered.
 SLIDING_MAX_LENGTH = 4
 SLICES_MAX_WINDOWS = 128
-# The max family's ONNX form (window maxima) moves the spatial axes in front of the others where its
-# last-axis gathers would copy at least this many entries one by one per input entry
-# (:func:`last_axis_copies`). Fitted to onnxruntime, both layouts of fxpool's graph timed side by side
-# (``python -m model_zoo_checks.benchmarks --sections maxforms``, ms at one thread; the table is on
-# docs/results/benchmarks.md): spatial axes first won from 10x10->7x7 (1.47 copies: 0.99 against 2.84)
-# down to 25x25->7x7 (0.39: 0.92 against 1.69), 3d 9x10x11->4x3x7 (0.25: 0.11 against 0.21), 33x33->6x6
-# (0.20: 0.58 against 0.79) and 50x50->6x6 (0.13: 1.48 against 1.59), and lost at 56x56->6x6 (0.115: 2.68
-# against 2.00), 64x64->6x6 (0.105: 4.0 against 2.6) and 100x60->6x6 (0.06). Earlier prototypes, before
-# the gathers read the spatial-first layout as one block per window position, had put the line at 0.5.
+# The max family's window maxima move the spatial axes first where its last-axis gathers would copy at least
+# this many entries one by one per input entry (:func:`last_axis_copies`): that won from 10x10->7x7 (1.47
+# copies) down to 50x50->6x6 (0.13) and lost from 56x56->6x6 (0.115: 2.68 ms against 2.00).
 SPATIAL_FIRST_MIN_COPIES = 0.12
-# The average family's window form (window sums by gathers, spatial axes first) replaces the sliding
-# AvgPools and window slices in ONNX export where the last-axis copies (:func:`last_axis_copies`) reach
-# this. Fitted to onnxruntime, one thread (``python -m model_zoo_checks.benchmarks --sections avgforms``,
-# ms, window form against the best of the others; docs/results/benchmarks.md has the table): it won on
-# every small plane and the 1d and 3d cases, 8x512 10x10->7x7 (1.47 copies: 1.25 against 2.52), 3d
-# 5x10x10->3x7x7 (0.88: 0.10 against 0.42), down to 33x33->6x6 (0.198: 0.56 against 0.59), and lost
-# where the planes are large and its Transpose and Pad cost most: 40x40->6x6 (0.18: 1.35 against 0.79),
-# 64x48->6x40 (0.156: 1.21 against 0.95), 64->6 (0.105: 6.6 against 2.0), 100x60->6 (0.06).
+# The average family's window sums replace sliding AvgPools and slices in ONNX export from this many
+# last-axis copies: they won on every small plane, 1d and 3d, down to 33x33->6x6 (0.198: 0.56 ms against
+# 0.59), and lost where Transpose and Pad cost most, from 40x40->6x6 (0.18: 1.35 against 0.79).
 WINDOW_SUMS_MIN_COPIES = 0.19
-# Pools whose windows tile an axis (one length, stride equal to it) get a block form in ONNX export
-# (:func:`onnx_block_steps`) where the last spatial axis's windows hold at least this many entries.
-# Fitted to onnxruntime against its AveragePool of the same windows (side by side, block time over the
-# pool's at one thread, two in brackets): from 16 entries the blocks won or tied on every plane, 32x32->2x2
-# over 2048 channels 0.54 (0.56), over 512 0.59 (0.62), 40x40->2x2 over 512 0.46 (0.49), 64x64->2x2 0.40
-# (0.43), and on small tensors where both take about 0.02 ms 0.64-1.09; with 8 to 12 entries they won on
-# large planes (48x48->6x6 0.70, 40x40->4x4 0.67) and lost on small ones (16x16->2x2 over 512 channels
-# 3.4 (1.4), 24x24->3x3 1.7, 56x56->7x7 over 64 channels 1.25); with 2 or 4 entries they lost everywhere
-# (14->7 over 8x512: 5x). The max family's ReduceMax against MaxPool behaved alike.
+# Pools whose windows tile an axis get the block form in ONNX export (:func:`onnx_block_steps`) from this many
+# entries per window along the last axis: from 16 the blocks won or tied on every plane (64x64->2x2: 0.40 of
+# the AveragePool's time); with 8 to 12 they lost on small planes (16x16->2x2 over 512 channels: 3.4x), with
+# 2 or 4 everywhere. The max family's ReduceMax against MaxPool behaved alike.
 BLOCK_MIN_LENGTH = 16
 # The limits above that send every general average axis to one exact form ("window": ONNX export's
 # window sums wherever an axis is general), for the benchmark's fits and the tests of each form.
@@ -359,21 +340,13 @@ def _steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]
 
 # --- dynamic forms: windows from the runtime size (``dynamic=True``) ---
 #
-# For an axis of runtime length L pooled to o, window i is [floor(i*L/o), ceil((i+1)*L/o)): every window
-# holds at least L // o entries and at most L // o + 2 (:func:`window_length_range`), so a form gathers
-# each window's first L // o entries unmasked and masks two more, or reads the longest window's
-# bound, ceil(L/o) + 1 (:func:`longest_window_bound`), from its start, all from the runtime L by
-# integer shape arithmetic (work and memory linear in the input: no (o x L) mask).
-#
-# Which dynamic form a pool gets, fitted like the static forms to onnxruntime on the CPU (``python -m
-# model_zoo_checks.benchmarks --sections dynamic``, one exported graph run at three sizes; a loaded
-# 2-core machine, so ratios of alternating medians): each window sliced from its runtime bounds
-# and reduced won where the windows are few and long (PSP 64->6 over 512 channels: 2.5 ms against
-# 4.6 for the gathers, 0.98x the static graph; 100x60->6: 3.0 against 4.8), the window gathers with the
-# spatial axes first everywhere else (10->7 over 8x512: 2.1 against 14.8 for slices; 33->6: 0.85 against
-# 1.1; 1d 1000->101, 101 windows: 0.54 against 6.2; 3d). Slicing needs the TorchScript exporter's
-# tracer: under torch.export a slice's symbolic bounds add guards (its length is not 1, its end is
-# within the axis) that named Dims with bounds refuse, so torch.export always gets the gathers.
+# Window i of an axis of runtime length L pooled to o is [floor(i*L/o), ceil((i+1)*L/o)): it holds L // o to
+# L // o + 2 entries (:func:`window_length_range`), none more than ceil(L/o) + 1 (:func:`longest_window_bound`),
+# so a form reads a fixed span per window from bounds computed by shape arithmetic (linear in the input).
+# Slicing each window from its runtime bounds won where windows are few and long (PSP 64->6 over 512
+# channels: 2.5 ms against 4.6 for the gathers), the gathers with the spatial axes first everywhere else
+# (10->7 over 8x512: 2.1 against 14.8). Slices need the TorchScript exporter's tracer: under torch.export
+# their symbolic bounds add guards that named Dims with bounds refuse, so torch.export always gets gathers.
 DYNAMIC_SLICES_MAX_WINDOWS = 16
 DYNAMIC_SLICES_MIN_LENGTH = 8
 DynamicKind = Literal["gathers", "slices"]
@@ -392,17 +365,11 @@ def longest_window_bound(in_size: int, out_size: int) -> int:
 
 @dataclass(frozen=True)
 class DynamicForm:
-    """How a ``dynamic=True`` replacement computes its windows from the runtime size, and why.
-
-    ``gathers``: the spatial axes moved in front of the others (one Transpose), then per pooled axis each
-    window's entries gathered by indices computed from the runtime length and reduced (sums: the window's
-    first ``L // o`` entries, in two blocks of about half from 4, then the two that may lie past them, one
-    per window, masked to zero; maxima: ``ceil(L/o) + 1`` entries from the start, repeating the window's
-    last, in two blocks of about half, one under ONNX export); averages divide by the window sizes once, after the last axis.
-    ``slices``: per pooled axis each window sliced from its runtime bounds and reduced, the results
-    concatenated (under the TorchScript exporter and ``torch.jit.trace``; ``gathers`` elsewhere). Max
-    windows in ONNX take a NaN flag beside their ReduceMax (the sum of the window's absolute values: NaN
-    exactly where it holds one), since onnxruntime's ReduceMax skips NaN.
+    """How a ``dynamic=True`` replacement computes its windows from the runtime size, and why: ``gathers``
+    (the spatial axes moved in front, then per pooled axis each window's entries gathered by indices computed
+    from the runtime length, and reduced) or ``slices`` (each window sliced from its runtime bounds and
+    reduced; under the TorchScript exporter and ``torch.jit.trace``, ``gathers`` elsewhere). The forms
+    themselves are :mod:`fxpool.dynamic`'s.
     """
 
     family: PoolFamily
