@@ -225,12 +225,7 @@ def _write_failure(error: BaseException) -> str | None:
         if isinstance(seen, OSError) and seen.errno in _WRITE_ERRNOS:
             return f"{seen.strerror or type(seen).__name__} (errno {errno.errorcode.get(seen.errno or 0, seen.errno)})"
         seen = seen.__cause__ or seen.__context__  # type: ignore[assignment]
-    text = str(error)
-    for code in _WRITE_ERRNOS:
-        message = os.strerror(code)
-        if message in text:
-            return message
-    return None
+    return next((os.strerror(code) for code in _WRITE_ERRNOS if os.strerror(code) in str(error)), None)
 
 
 _WRITE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES)
@@ -354,8 +349,8 @@ def check_written_opset(path: str, requested: int | None) -> None:
         return
     import onnx
 
-    model = onnx.load(path, load_external_data=False)
-    written = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    opsets = onnx.load(path, load_external_data=False).opset_import
+    written = next((o.version for o in opsets if o.domain in ("", "ai.onnx")), None)
     if written is not None and written != requested:
         raise UnsupportedOpsetError(
             f"opset_version={requested}: the exporter wrote opset {written} instead; ask for opset {written}, or another exporter"
@@ -379,15 +374,12 @@ def export_failure(error: BaseException, report: ConversionReport) -> str:
     reason = exporter_reason(error)
     if report.unexportable:
         return (
-            f"torch.onnx.export failed ({reason}). fxpool left "
-            f"{len(report.unexportable)} adaptive pool(s) to the stock exporter, marked (!) below with why; "
-            f"that is the likely cause.\n{report}"
+            f"torch.onnx.export failed ({reason}). fxpool left {len(report.unexportable)} adaptive pool(s) to the stock "
+            f"exporter, marked (!) below with why; that is the likely cause.\n{report}"
         )
     return (
-        f"torch.onnx.export failed ({reason}). fxpool converted or lowers every "
-        f"adaptive pool, so the cause lies elsewhere in the model; the exporter's full error is chained "
-        f"to this one (the CLI shows it with --debug).\n"
-        f"{report.summary()}"
+        f"torch.onnx.export failed ({reason}). fxpool converted or lowers every adaptive pool, so the cause lies elsewhere "
+        f"in the model; the exporter's full error is chained to this one (the CLI shows it with --debug).\n{report.summary()}"
     )
 
 
@@ -407,9 +399,7 @@ def refuse_dynamic_spatial_axes_for(converted: nn.Module, kwargs: dict[str, Any]
         for axis in axes.keys() if isinstance(axes, dict) else axes:
             if axis >= 2 or axis < 0:
                 raise SpatialSizeError(message.format(what="dynamic_axes", axis=axis, name=name))
-    shapes = kwargs.get("dynamic_shapes")
-    if shapes is None:
-        return
+    shapes = kwargs.get("dynamic_shapes") or {}
     entries = shapes.values() if isinstance(shapes, dict) else shapes
     for index, spec in enumerate(entries):
         items = spec.items() if isinstance(spec, dict) else enumerate(spec or ())

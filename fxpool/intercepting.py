@@ -16,7 +16,6 @@ import inspect
 import os
 import sys
 import types
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +25,7 @@ from torch.overrides import TorchFunctionMode
 
 from .calls import PoolCall, describe_function, is_pool_function
 from .errors import PoolCallError, SpatialSizeError
+from .sizechecks import static_size
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep  # with the separator: torchvision is not torch
 _FXPOOL_DIR = os.path.dirname(__file__) + os.sep
@@ -110,11 +110,11 @@ class PoolCalls(nn.Module):
         if (call, None) in self.index:
             return self.index[(call, None)]
         dims = call.spatial_dims if call.spatial_dims is not None else x.dim() - 2
-        spatial = tuple(_static_int(s) for s in x.shape[x.dim() - dims :])
+        spatial = tuple(int(static_size(s)) for s in x.shape[x.dim() - dims :])
         if (call, spatial) not in self.index:
             raise SpatialSizeError(
                 f"{self.owner}: {call.op} (output size {call.requested}) was converted for input spatial size(s) "
-                f"{', '.join(str(s) for s in sizes)}, but got input of shape {tuple(_static_int(s) for s in x.shape)}. "
+                f"{', '.join(str(s) for s in sizes)}, but got input of shape {tuple(int(static_size(s)) for s in x.shape)}. "
                 f"Convert again with an example input of this size (fxpool.convert(model, example)), or convert "
                 f"with dynamic=True for one model that serves every size."
             )
@@ -164,9 +164,7 @@ class InterceptingForward:
     @property
     def wrapped(self) -> Callable[..., Any]:
         """The forward this one runs, bound to its module."""
-        if self.owner is None:
-            return self.function
-        return types.MethodType(self.function, self.owner)
+        return self.function if self.owner is None else types.MethodType(self.function, self.owner)
 
     @property
     def __code__(self) -> types.CodeType:  # torch.export reads the forward's code for its source locations
@@ -215,12 +213,3 @@ def _called_by_fxpool() -> bool:
     while frame is not None and frame.f_code.co_filename.startswith(_TORCH_DIR):
         frame = frame.f_back  # type: ignore[assignment]
     return frame is not None and frame.f_code.co_filename.startswith(_FXPOOL_DIR)
-
-
-def _static_int(size: Any) -> Any:
-    """A size as a Python int: torch.jit.trace hands sizes out as 0-d tensors."""
-    if isinstance(size, torch.Tensor):
-        with warnings.catch_warnings():  # the int picks the replacement; the graph is specialised to it anyway
-            warnings.simplefilter("ignore", torch.jit.TracerWarning)
-            return int(size)
-    return int(size)

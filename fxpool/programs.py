@@ -38,9 +38,9 @@ PROGRAM_TRACER = "torch.export (the converted program's own graph)"
 
 def has_aten_pools(module: Any) -> bool:
     """True for a ``GraphModule`` whose graph (or a subgraph of it) calls an ATen adaptive pool operator."""
-    if not isinstance(module, fx.GraphModule):
-        return False
-    return any(_pool_nodes(sub) for sub in module.modules() if isinstance(sub, fx.GraphModule))
+    return isinstance(module, fx.GraphModule) and any(
+        _pool_nodes(sub) for sub in module.modules() if isinstance(sub, fx.GraphModule)
+    )
 
 
 def _pool_nodes(gm: fx.GraphModule) -> list[fx.Node]:
@@ -208,9 +208,7 @@ def _random_inputs(program: ExportedProgram) -> tuple[Any, Any]:
         shape = tuple(_hint(s) for s in fake.shape)
         if fake.dtype.is_floating_point:
             leaves.append(torch.randn(shape, dtype=fake.dtype, device=fake.device))
-        elif fake.dtype == torch.bool:
-            leaves.append(torch.randint(0, 2, shape, device=fake.device).bool())
-        else:
+        else:  # integers and booleans: 0 or 1
             leaves.append(torch.randint(0, 2, shape, dtype=fake.dtype, device=fake.device))
     return torch.utils._pytree.tree_unflatten(leaves, program.call_spec.in_spec)
 
@@ -364,11 +362,7 @@ def _linear_in_one_symbol(expr: Any) -> tuple[Any, int, int] | None:
 
 def _bound(value: Any) -> int | None:
     """A range bound as an int, or None where it is unbounded (sympy's or torch's ``int_oo``)."""
-    if isinstance(value, int):
-        return value
-    if value is None or not getattr(value, "is_Integer", False):  # int_oo and oo are no sympy Integer
-        return None
-    return int(value)
+    return int(value) if isinstance(value, int) or getattr(value, "is_Integer", False) else None  # int_oo is no Integer
 
 
 def program_pools(program: ExportedProgram, *, shapes: bool) -> TracedPools:

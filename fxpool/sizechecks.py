@@ -41,7 +41,7 @@ def check_input(x: torch.Tensor, expected: tuple[int | None, ...], location: str
             f"{pool_at(location)}: input has dtype {x.dtype}; adaptive pooling needs a real floating tensor, as the "
             f"original pool does. Cast the input to a floating type."
         )
-    shape = tuple(_static_size(s) for s in x.shape)
+    shape = tuple(static_size(s) for s in x.shape)
     spatial = shape[len(shape) - len(expected) :]
     if any(_known(s == 0) for s in spatial):
         raise PoolCallError(
@@ -92,10 +92,10 @@ def pool_at(location: str) -> str:
     return f"the adaptive pool at {location!r} of the converted model"
 
 
-def _static_size(size: object) -> Any:
+def static_size(size: object) -> Any:
     """A size as a Python int where one is known; torch.jit.trace hands sizes out as 0-d tensors."""
     if isinstance(size, torch.Tensor):
-        with warnings.catch_warnings():  # the int only feeds this check, never the traced graph
+        with warnings.catch_warnings():  # the int feeds checks and lookups, never the traced graph
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
             return int(size)
     return size
@@ -148,7 +148,7 @@ def traced_guard(x: torch.Tensor, expected: tuple[int | None, ...], location: st
 def refuse_empty_torchscript_export(x: torch.Tensor, location: str) -> None:
     """Raise `PoolCallError` for an empty input under the TorchScript ONNX exporter, whose Reshape symbolic
     divides by the element count and kills the process (the stock export of a native pool refuses it too)."""
-    shape = tuple(_static_size(s) for s in x.shape)
+    shape = tuple(static_size(s) for s in x.shape)
     if 0 in shape:
         raise PoolCallError(
             f"{pool_at(location)}: the TorchScript ONNX exporter cannot take an input of shape {shape} (an empty "

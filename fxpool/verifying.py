@@ -121,8 +121,7 @@ def verify_onnx(path: str, model: nn.Module, example_input: Any, *, rtol: float 
             raise ExportVerificationError(f"the exported graph does not load or run: {error}") from error
         why = f"onnxruntime's CPU provider cannot run the {' and '.join(low)} graph ({_first_line(error)})"
         return _verify_float32_copy(path, model, example, rtol, atol, why)
-    expected = _expected(model, example)
-    abs_error, rel_error = _compare(path, outputs, expected, rtol, atol)
+    abs_error, rel_error = _compare(outputs, _expected(model, example), rtol, atol)
     return Verification(abs_error, rel_error, "onnxruntime (CPU) on the graph as exported, against the model")
 
 
@@ -139,7 +138,7 @@ def _verify_float32_copy(path: str, model: nn.Module, example: Example, rtol: fl
             outputs = run_onnxruntime(copy_path, example32, forward=model32.forward)
         except Exception as error:
             raise ExportVerificationError(f"{why}, and its float32 copy does not run either: {_first_line(error)}") from error
-    abs_error, rel_error = _compare(path, outputs, _expected(model32, example32), rtol, atol)
+    abs_error, rel_error = _compare(outputs, _expected(model32, example32), rtol, atol)
     return Verification(abs_error, rel_error, f"a float32 copy of the graph against a float32 copy of the model: {why}")
 
 
@@ -206,7 +205,7 @@ def _expected(model: nn.Module, example: Example) -> list[torch.Tensor]:
     return [t.detach().cpu() for t in tree_leaves(outputs) if isinstance(t, torch.Tensor)]
 
 
-def _compare(path: str, outputs: list[Any], expected: list[torch.Tensor], rtol: float, atol: float) -> tuple[float, float]:
+def _compare(outputs: list[Any], expected: list[torch.Tensor], rtol: float, atol: float) -> tuple[float, float]:
     if len(expected) != len(outputs):
         raise ExportVerificationError(f"onnxruntime gave {len(outputs)} outputs, PyTorch {len(expected)}")
     worst_abs = worst_rel = 0.0
