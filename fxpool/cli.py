@@ -187,16 +187,11 @@ def _exit_code(error: BaseException) -> int | None:
         return EXIT_USAGE
     if isinstance(error, (UnsupportedOpsetError, OSError)):  # OSError: an output path that cannot be written
         return EXIT_USAGE
-    if isinstance(error, FxpoolError):
-        return EXIT_MODEL_FAILED
-    return None
+    return EXIT_MODEL_FAILED if isinstance(error, FxpoolError) else None
 
 
 def _failed(want_json: bool, command: str, error: BaseException, code: int) -> int:
-    if isinstance(error, UsageError):
-        print(error, file=sys.stderr)
-    else:
-        print(f"fxpool {command}: {type(error).__name__}: {error}", file=sys.stderr)
+    print(error if isinstance(error, UsageError) else f"fxpool {command}: {type(error).__name__}: {error}", file=sys.stderr)
     if want_json:
         _print_json(command, code, error)
     return code

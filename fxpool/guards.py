@@ -77,12 +77,9 @@ DYNAMIC_GUARDS: tuple[PoolGuard, ...] = (_fixed_request_guard,)
 
 @dataclass(frozen=True)
 class PoolDecision:
-    """What convert does with one pool, and why.
-
-    ``exact``: replace it by ``plan`` (checked at the traced size where the plan needs it);
-    ``dynamic``: replace it by the form that computes its windows from the runtime size (``plan``
-    is what the traced size alone would have got, ``dynamic_form`` the form); ``left``: leave it to PyTorch.
-    """
+    """What convert does with one pool, and why: ``exact``, replace it by ``plan``; ``dynamic``, by ``dynamic_form``,
+    which computes its windows from the runtime size (``plan``: what the traced size alone would have got);
+    ``left``, leave it to PyTorch."""
 
     action: DecisionAction
     reason: str

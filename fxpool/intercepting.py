@@ -36,12 +36,9 @@ CallKey = tuple[PoolCall, tuple[int, ...] | None]  # the call as written, and th
 
 
 class PoolCalls(nn.Module):
-    """The replacements of pool calls, by the call as written and the input's spatial size.
-
-    ``owner`` names the module in errors. A key with size ``None`` (the dynamic form) serves every
-    size; a key mapped to ``None`` is a call left to PyTorch. As a module (``forward``), the table
-    stands for the pool module ``call`` it replaced, called at several sizes.
-    """
+    """The replacements of pool calls, by the call as written and the input's spatial size (``None``: the dynamic
+    form, every size); a key mapped to ``None`` is a call left to PyTorch. ``owner`` names the module in errors.
+    As a module, the table stands for the pool module ``call`` it replaced, called at several sizes."""
 
     def __init__(self, owner: str, call: PoolCall | None = None) -> None:
         super().__init__()
@@ -138,12 +135,9 @@ class _InterceptPoolCalls(TorchFunctionMode):
 
 
 class InterceptingForward:
-    """The forward of a module whose functional pool calls run their replacements (see the module doc).
-
-    ``function`` is the forward it runs (the class's, or one set on the instance), bound to ``owner``;
-    ``calls`` is the owner's table. A plain object, so the module pickles and deep-copies; it takes the
-    wrapped forward's signature and code, which exporters read.
-    """
+    """The forward of a module whose functional pool calls run their replacements: ``function`` (the class's
+    forward, or one set on the instance) bound to ``owner``, under the mode for ``calls``. A plain object, so the
+    module pickles and deep-copies; it takes the wrapped forward's signature and code, which exporters read."""
 
     def __init__(self, owner: nn.Module, calls: PoolCalls) -> None:
         inner = owner.__dict__.get("forward")

@@ -20,12 +20,9 @@ from .errors import PoolCallError, SpatialSizeError
 
 @torch.fx.wrap
 def check_input(x: torch.Tensor, expected: tuple[int | None, ...], location: str) -> torch.Tensor:
-    """Return ``x`` if it is floating and its trailing spatial sizes match ``expected`` (``None``: any).
-
-    Runs under ``torch.jit.trace`` and ``torch.export`` too, where sizes are static: a graph traced
-    at another size than the conversion's would compute wrong values. A spatial size left symbolic
-    by ``torch.export`` (a dynamic axis) cannot be checked and is refused.
-    """
+    """Return ``x`` if it is floating and its trailing spatial sizes match ``expected`` (``None``: any), in eager
+    and while a tracer runs (a graph traced at another size would compute wrong values); a spatial size left
+    symbolic by ``torch.export`` (a dynamic axis) cannot be checked and is refused."""
     # Eager, the common case; and torch.compile, whose guards on the sizes compared hold at run time. Not
     # torch.export's strict (dynamo) tracing: there such a guard becomes a runtime assertion ONNX drops.
     if type(x) is torch.Tensor and not torch.jit.is_tracing() and not torch.compiler.is_exporting() and x.is_floating_point():

@@ -69,9 +69,8 @@ def run_onnxruntime(
 ) -> list[Any]:
     """Outputs of the ONNX graph at ``path`` on the tensors of ``example_input`` (read as ``convert`` reads it).
 
-    Graph inputs are fed by name where every one is named after a tensor argument of ``forward``
-    (both exporters' naming when no ``input_names`` are given), else in order, keyword arguments in
-    ``forward``'s parameter order.
+    Graph inputs are fed by name where every one is named after a tensor argument of ``forward`` (the
+    exporters' naming), else in order, keyword arguments in ``forward``'s parameter order.
     """
     example = read_example(example_input)
     session = onnxruntime_session(path, providers)
