@@ -76,27 +76,25 @@ def export(
 ) -> ExportResult:
     """Convert ``model`` and export it to ONNX at ``f``; ``kwargs`` go to ``torch.onnx.export``.
 
-    Like ``torch.onnx.export``, the model is exported in eval mode unless ``training`` says
-    otherwise; fxpool works on a copy with cloned buffers, so the caller's model, its batch-norm
-    statistics and the random state are left exactly as they were. Spatial axes stay static
-    unless every converted pool is size-agnostic (a mean, say) or ``dynamic=True``: a
-    shape-specialised graph must not accept another size, so ``dynamic_axes``/``dynamic_shapes``
-    that free a spatial axis are refused then.
+    Like ``torch.onnx.export``, the model is exported in eval mode unless ``training`` says otherwise;
+    fxpool works on a copy with cloned buffers, so the caller's model, its batch-norm statistics and the
+    random state are left exactly as they were. Spatial axes stay static unless every converted pool is
+    size-agnostic (a mean, say) or ``dynamic=True``: a shape-specialised graph must not accept another
+    size, so ``dynamic_axes``/``dynamic_shapes`` that free a spatial axis are refused then.
 
-    ``example_input`` is ``torch.onnx.export``'s ``args`` and a ``kwargs=`` keyword its
-    ``kwargs``, read the same way (a dict ending ``args`` holds the keyword arguments). A
-    ``torch.export`` program (``ExportedProgram``) is converted as a program and exported by the dynamo
-    exporter; its example input may be ``None`` (its own).
-    `ExportResult.pool_nodes` names the ONNX nodes each replacement became (for a quantizer's list of
-    nodes to keep in float, say).
+    ``example_input`` is ``torch.onnx.export``'s ``args`` and a ``kwargs=`` keyword its ``kwargs``, read
+    the same way (a dict ending ``args`` holds the keyword arguments). A ``torch.export`` program
+    (``ExportedProgram``) is converted as a program and exported by the dynamo exporter; its example input
+    may be ``None`` (its own). `ExportResult.pool_nodes` names the ONNX nodes each replacement became (for
+    a quantizer's list of nodes to keep in float, say).
 
     ``f`` is a path or, as for ``torch.onnx.export``, a binary file object (written as one file, the
     weights inside). A path is checked before any work (`OutputFileError` for a folder or a missing
     folder), and written atomically: the exporter writes beside it under a temporary name, the graph is
-    verified there, and only then moved into place with its external data (``NAME.onnx.data``, the
-    dynamo exporter's default); `ExportResult.files` names every file written. A graph that fails its
-    check is set aside in the folder ``NAME.onnx.failed`` and the error says so; a file that was at
-    ``f`` before is left as it was, after a failure, a full disk or a killed process alike.
+    verified there, and only then moved into place with its external data (``NAME.onnx.data``, the dynamo
+    exporter's default); `ExportResult.files` names every file written. A graph that fails its check is set
+    aside in the folder ``NAME.onnx.failed`` and the error says so; a file that was at ``f`` before is left
+    as it was, after a failure, a full disk or a killed process alike.
 
     Before any conversion work, the exporter's and the verification's packages are imported (a missing
     one raises `MissingDependencyError` with the ``pip install`` line) and ``opset_version`` is checked

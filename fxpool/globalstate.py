@@ -105,9 +105,7 @@ def wait_for_exports_in_flight() -> None:
 
 def unpatched_export(export_fn: Callable[..., Any]) -> Callable[..., Any]:
     """The exporter itself where ``export_fn`` is fxpool's stand-in of ``torch.onnx.export``."""
-    if getattr(export_fn, "fxpool_stand_in", False) and _unpatched_export is not None:
-        return _unpatched_export
-    return export_fn
+    return _unpatched_export if getattr(export_fn, "fxpool_stand_in", False) and _unpatched_export is not None else export_fn
 
 
 @contextmanager

@@ -82,9 +82,7 @@ class WindowArgmaxPool(nn.Module):
 
     def __prepare_scriptable__(self) -> nn.Module:
         """``torch.jit.script`` gets the native pool this module stands for (same function, scriptable)."""
-        return {1: nn.AdaptiveMaxPool1d, 2: nn.AdaptiveMaxPool2d, 3: nn.AdaptiveMaxPool3d}[len(self.out_sizes)](
-            self.out_sizes, return_indices=True
-        )
+        return getattr(nn, f"AdaptiveMaxPool{len(self.out_sizes)}d")(self.out_sizes, return_indices=True)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = check_input(x, self.in_sizes, self.location)

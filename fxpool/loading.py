@@ -116,14 +116,13 @@ def _timm(spec: str, name: str, pretrained: bool) -> LoadedModel:
     if not timm.is_model(name):
         raise ModelSpecError(f"timm has no model {name!r}; see timm.list_models()")
     cached = _cached_timm_weights(name) if pretrained else None
-    if cached is None:
-        model = timm.create_model(name, pretrained=False)
-        said = "random (timm, pretrained=False)"
-        if pretrained:
-            said = "random: no pretrained weights of this model are in the local Hugging Face cache (nothing is downloaded)"
-        return LoadedModel(model.eval(), said)
-    model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": cached})
-    return LoadedModel(model.eval(), f"pretrained, from the local cache ({Path(cached).name})")
+    if cached is not None:
+        model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": cached})
+        return LoadedModel(model.eval(), f"pretrained, from the local cache ({Path(cached).name})")
+    said = "random (timm, pretrained=False)"
+    if pretrained:
+        said = "random: no pretrained weights of this model are in the local Hugging Face cache (nothing is downloaded)"
+    return LoadedModel(timm.create_model(name, pretrained=False).eval(), said)
 
 
 def _cached_timm_weights(name: str) -> str | None:
@@ -182,11 +181,10 @@ def _build_hugging_face(spec: str, name: str, pretrained: bool) -> LoadedModel:
             return LoadedModel(model.eval(), f"pretrained, {model_class.__name__}.from_pretrained (local files)")
         except OSError:
             pass  # no weights there: random weights from the config, said below
-    model = model_class._from_config(config)
     said = f"random ({model_class.__name__} built from its config)"
     if pretrained:
         said = f"random: no weights for {name!r} in that folder or the local cache ({model_class.__name__} from its config)"
-    return LoadedModel(model.eval(), said)
+    return LoadedModel(model_class._from_config(config).eval(), said)
 
 
 def _from_code(spec: str, source: str, name: str) -> nn.Module:
