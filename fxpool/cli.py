@@ -1,11 +1,7 @@
-"""The ``fxpool`` command line: ``explain`` (alias ``inspect``), ``export`` and, in the source tree, ``zoo``.
+"""The ``fxpool`` command line (``fxpool ...``, ``python -m fxpool ...``); its exit statuses are in `EPILOG`.
 
-Run as ``fxpool ...`` or ``python -m fxpool ...``. Nothing heavy is imported before the arguments are
-parsed: ``fxpool --help`` and ``fxpool --version`` answer without loading torch. Exit status: 0 ok,
-1 the model failed (a pool left under ``--strict``, an export the exporter refused, a graph that failed
-verification), 2 a usage error (arguments, a MODEL that names nothing, an input the model rejects, a
-missing extra, an opset the exporter does not write). ``--json`` prints one JSON object on stdout
-whatever the outcome, ``schema_version`` first (`JSON_SCHEMA_VERSION`).
+Nothing heavy is imported before the arguments are parsed: ``fxpool --help`` answers without loading
+torch. ``--json`` prints one JSON object on stdout whatever the outcome, ``schema_version`` first.
 """
 
 from __future__ import annotations
@@ -138,10 +134,7 @@ def build_parser(with_zoo: bool, program: bool = False) -> argparse.ArgumentPars
     export.add_argument("-o", "--output", required=True, help="the .onnx file to write (checked before any work)")
     export.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo", help="default dynamo")
     export.add_argument(
-        "--opset",
-        type=int,
-        default=None,
-        help="ONNX opset version: dynamo writes 18 and up, torchscript 7 to 20; others are refused",
+        "--opset", type=int, help="ONNX opset version: dynamo writes 18 and up, torchscript 7 to 20; others are refused"
     )
     export.add_argument("--dynamic-batch", action="store_true", help="make axis 0 of the input dynamic")
     export.add_argument(
@@ -190,23 +183,15 @@ def _exit_code(error: BaseException) -> int | None:
     from .errors import ExampleInputError, FxpoolError, MissingDependencyError, UnsupportedOpsetError
     from .loading import ModelSpecError
 
-    if isinstance(
-        error,
-        (UsageError, argparse.ArgumentTypeError, ModelSpecError, ExampleInputError, MissingDependencyError, UnsupportedOpsetError),
-    ):
+    if isinstance(error, (UsageError, argparse.ArgumentTypeError, ModelSpecError, ExampleInputError, MissingDependencyError)):
         return EXIT_USAGE
-    if isinstance(error, OSError):  # an output folder that does not exist, a file that cannot be written
+    if isinstance(error, (UnsupportedOpsetError, OSError)):  # OSError: an output path that cannot be written
         return EXIT_USAGE
-    if isinstance(error, FxpoolError):
-        return EXIT_MODEL_FAILED
-    return None
+    return EXIT_MODEL_FAILED if isinstance(error, FxpoolError) else None
 
 
 def _failed(want_json: bool, command: str, error: BaseException, code: int) -> int:
-    if isinstance(error, UsageError):
-        print(error, file=sys.stderr)
-    else:
-        print(f"fxpool {command}: {type(error).__name__}: {error}", file=sys.stderr)
+    print(error if isinstance(error, UsageError) else f"fxpool {command}: {type(error).__name__}: {error}", file=sys.stderr)
     if want_json:
         _print_json(command, code, error)
     return code
@@ -283,15 +268,7 @@ def _run(args: argparse.Namespace) -> int:
             options["dynamic_shapes"] = ({a: torch.export.Dim.AUTO for a in axes},)
         else:
             options["dynamic_axes"] = {"input": {a: f"d{a}" for a in axes}}
-    result = export(
-        model,
-        example,
-        args.output,
-        verify=not args.no_verify,
-        dynamic=args.dynamic_hw,
-        strict=args.strict,
-        **options,
-    )
+    result = export(model, example, args.output, verify=not args.no_verify, dynamic=args.dynamic_hw, strict=args.strict, **options)
     if args.json:
         _print_json(
             "export",

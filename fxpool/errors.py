@@ -1,10 +1,5 @@
-"""The errors fxpool raises for what it refuses, all derived from `FxpoolError`, and its warnings.
-
-- `FxpoolError` and its subclasses: what fxpool refuses, each message naming the pool or the input,
-  the shapes and the way out;
-- `FxpoolWarning` and `UnconvertedPoolWarning`: what a non-strict call accepted but the caller should
-  know (a pool left to PyTorch, a replacement the self-check undid).
-"""
+"""What fxpool refuses (`FxpoolError` and its subclasses, each message naming the pool or the input, the shapes
+and the way out), and what a non-strict call accepted but the caller should know (`FxpoolWarning`)."""
 
 from __future__ import annotations
 
@@ -76,17 +71,15 @@ EXTRA_PACKAGES = {"onnx": ("onnx", "onnxruntime", "onnxscript"), "zoo": ("torchv
 
 
 def require(module: str, needed_by: str) -> None:
-    """Import ``module`` or raise `MissingDependencyError` naming it and the pip line that installs it.
-
-    ``needed_by`` says what needs it ("fxpool.export with dynamo=True"). Called before any conversion work.
-    """
+    """Import ``module`` or raise `MissingDependencyError` naming it, ``needed_by`` ("fxpool.export with
+    dynamo=True") and the pip line that installs it."""
     import importlib
 
     try:
         importlib.import_module(module)
     except ImportError as error:
         extra = EXTRA_OF.get(module)
-        packages = " ".join(EXTRA_PACKAGES.get(extra, (module,)) if extra else (module,))
+        packages = " ".join(EXTRA_PACKAGES[extra]) if extra else module
         where = f' (the packages of fxpool\'s "{extra}" extra; from a checkout: pip install ".[{extra}]")' if extra else ""
         raise MissingDependencyError(
             f"{needed_by} needs {module}, which failed to import ({type(error).__name__}: {error}). "

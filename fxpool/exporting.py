@@ -1,24 +1,9 @@
-"""ONNX export of converted models: ``export``, the ``onnx_export_hook`` and graph verification.
+"""``export`` (convert, ``torch.onnx.export``, verify) and the pieces the pre-export hook shares with it.
 
-`export` converts the model, runs ``torch.onnx.export`` with the caller's keyword arguments
-passed through unchanged, then (``verify=True``) checks the file and runs it in onnxruntime on the
-example input against the original PyTorch model (`fxpool.verifying`). The file is written
-atomically (`fxpool.writing`): a failed check raises `ExportVerificationError` and sets the graph aside
-in ``NAME.onnx.failed/``, leaving any earlier file at the path as it was.
-
-The pre-export hook (`fxpool.hooking`) exports through the same calls: `convert_for_export`, the checks
-made before an export, and `export_with_translations`.
-
-Exports run one at a time: the TorchScript exporter's state and both exporters' flags are
-process-wide. While fxpool exports (``export`` or a hook), other threads' ``torch.onnx.export`` calls
-go through the same patch and wait on fxpool's lock, and an export another thread was already running
-is waited for; a race that still happens (a thread holding its own reference to the exporter) is an
-`ExportFailedError` that says so.
-
-onnx, onnxscript and onnxruntime are imported only when needed (the ``fxpool[onnx]`` extra); a
-missing one raises `MissingDependencyError` before any conversion work. An ``opset_version`` the
-exporter would not write as asked raises `UnsupportedOpsetError`, before the export too: the dynamo
-exporter writes opset 18 where it is asked for less. The exporters' log records go to the
+Exports run one at a time under `LOCK`: the TorchScript exporter's state and both exporters' flags are
+process-wide, so while fxpool exports other threads' ``torch.onnx.export`` calls are routed through the
+lock (`fxpool.globalstate`); a race that still happens (a thread holding its own reference to the
+exporter) is an `ExportFailedError` that says so. The exporters' log records go to the
 ``fxpool.exporters`` logger at DEBUG level, not to the console.
 """
 
@@ -34,7 +19,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import torch
 from torch import nn
@@ -91,27 +76,25 @@ def export(
 ) -> ExportResult:
     """Convert ``model`` and export it to ONNX at ``f``; ``kwargs`` go to ``torch.onnx.export``.
 
-    Like ``torch.onnx.export``, the model is exported in eval mode unless ``training`` says
-    otherwise; fxpool works on a copy with cloned buffers, so the caller's model, its batch-norm
-    statistics and the random state are left exactly as they were. Spatial axes stay static
-    unless every converted pool is size-agnostic (a mean, say) or ``dynamic=True``: a
-    shape-specialised graph must not accept another size, so ``dynamic_axes``/``dynamic_shapes``
-    that free a spatial axis are refused then.
+    Like ``torch.onnx.export``, the model is exported in eval mode unless ``training`` says otherwise;
+    fxpool works on a copy with cloned buffers, so the caller's model, its batch-norm statistics and the
+    random state are left exactly as they were. Spatial axes stay static unless every converted pool is
+    size-agnostic (a mean, say) or ``dynamic=True``: a shape-specialised graph must not accept another
+    size, so ``dynamic_axes``/``dynamic_shapes`` that free a spatial axis are refused then.
 
-    ``example_input`` is ``torch.onnx.export``'s ``args`` and a ``kwargs=`` keyword its
-    ``kwargs``, read the same way (a dict ending ``args`` holds the keyword arguments). A
-    ``torch.export`` program (``ExportedProgram``) is converted as a program and exported by the dynamo
-    exporter; its example input may be ``None`` (its own).
-    `ExportResult.pool_nodes` names the ONNX nodes each replacement became (for a quantizer's list of
-    nodes to keep in float, say).
+    ``example_input`` is ``torch.onnx.export``'s ``args`` and a ``kwargs=`` keyword its ``kwargs``, read
+    the same way (a dict ending ``args`` holds the keyword arguments). A ``torch.export`` program
+    (``ExportedProgram``) is converted as a program and exported by the dynamo exporter; its example input
+    may be ``None`` (its own). `ExportResult.pool_nodes` names the ONNX nodes each replacement became (for
+    a quantizer's list of nodes to keep in float, say).
 
     ``f`` is a path or, as for ``torch.onnx.export``, a binary file object (written as one file, the
     weights inside). A path is checked before any work (`OutputFileError` for a folder or a missing
     folder), and written atomically: the exporter writes beside it under a temporary name, the graph is
-    verified there, and only then moved into place with its external data (``NAME.onnx.data``, the
-    dynamo exporter's default); `ExportResult.files` names every file written. A graph that fails its
-    check is set aside in the folder ``NAME.onnx.failed`` and the error says so; a file that was at
-    ``f`` before is left as it was, after a failure, a full disk or a killed process alike.
+    verified there, and only then moved into place with its external data (``NAME.onnx.data``, the dynamo
+    exporter's default); `ExportResult.files` names every file written. A graph that fails its check is set
+    aside in the folder ``NAME.onnx.failed`` and the error says so; a file that was at ``f`` before is left
+    as it was, after a failure, a full disk or a killed process alike.
 
     Before any conversion work, the exporter's and the verification's packages are imported (a missing
     one raises `MissingDependencyError` with the ``pip install`` line) and ``opset_version`` is checked
@@ -149,10 +132,20 @@ def _converted(
     model: nn.Module | ExportedProgram, example_input: Any, kwargs: dict[str, Any], verify: bool, dynamic: bool, strict: bool
 ) -> tuple[nn.Module | ExportedProgram, nn.Module, Example]:
     """The model converted for export, the reference it is verified against (the original, on a copy), the example."""
-    if isinstance(model, ExportedProgram):
-        return _convert_program_for_export(model, example_input, kwargs, dynamic, strict)
+    if isinstance(model, ExportedProgram):  # converted as a program (its own dynamic dimensions kept)
+        if kwargs.get("dynamo", True) is False:
+            raise ValueError(
+                "a torch.export program exports through the dynamo exporter only (dynamo=True); the TorchScript exporter "
+                "takes an nn.Module"
+            )
+        for option in ("dynamic_shapes", "dynamic_axes", "training"):
+            if option in kwargs:
+                raise ValueError(f"{option}= does not apply to a torch.export program: it keeps what it was exported with")
+        example = program_example(model) if example_input is None else read_example(example_input, kwargs.pop("kwargs", None))
+        return convert_for_export(model, example, dynamic, strict), model.module(), example
     example = read_example(example_input, kwargs.pop("kwargs", None))
-    train = _exports_in_train_mode(model, kwargs)
+    mode = kwargs.get("training", torch.onnx.TrainingMode.EVAL)
+    train = mode == torch.onnx.TrainingMode.TRAINING or (mode == torch.onnx.TrainingMode.PRESERVE and model.training)
     if train and verify:
         raise ValueError(
             "training=TrainingMode.TRAINING exports the model in train mode, where dropout and "
@@ -164,30 +157,10 @@ def _converted(
     return converted, reference, example
 
 
-def _convert_program_for_export(
-    program: ExportedProgram, example_input: Any, kwargs: dict[str, Any], dynamic: bool, strict: bool
-) -> tuple[ExportedProgram, nn.Module, Example]:
-    """A program converted as a program (its own dynamic dimensions kept), the original as the reference."""
-    if kwargs.get("dynamo", True) is False:
-        raise ValueError(
-            "a torch.export program exports through the dynamo exporter only (dynamo=True); the TorchScript exporter "
-            "takes an nn.Module"
-        )
-    for option in ("dynamic_shapes", "dynamic_axes", "training"):
-        if option in kwargs:
-            raise ValueError(f"{option}= does not apply to a torch.export program: it keeps what it was exported with")
-    example = program_example(program) if example_input is None else read_example(example_input, kwargs.pop("kwargs", None))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UnconvertedPoolWarning)  # said below, as for modules
-        converted = convert(program, example.args, example_kwargs=dict(example.kwargs), dynamic=dynamic)
-    if strict:
-        enforce_strict(report_of(converted), for_export=True)
-    else:
-        warn_left(report_of(converted), for_export=True, stacklevel=4)
-    return converted, program.module(), example
+_Model = TypeVar("_Model", nn.Module, ExportedProgram)
 
 
-def convert_for_export(model: nn.Module, example: Example, dynamic: bool, strict: bool) -> nn.Module:
+def convert_for_export(model: _Model, example: Example, dynamic: bool, strict: bool) -> _Model:
     """``convert``, judged as the export will be: pools the export lowers exactly are neither refused nor warned of."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnconvertedPoolWarning)  # said below, for the pools the export leaves
@@ -250,25 +223,16 @@ def _write_failure(error: BaseException) -> str | None:
         if isinstance(seen, OSError) and seen.errno in _WRITE_ERRNOS:
             return f"{seen.strerror or type(seen).__name__} (errno {errno.errorcode.get(seen.errno or 0, seen.errno)})"
         seen = seen.__cause__ or seen.__context__  # type: ignore[assignment]
-    text = str(error)
-    for code in _WRITE_ERRNOS:
-        message = os.strerror(code)
-        if message in text:
-            return message
-    return None
+    return next((os.strerror(code) for code in _WRITE_ERRNOS if os.strerror(code) in str(error)), None)
 
 
 _WRITE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES)
 
 
 def pool_nodes(path: str, converted: nn.Module | ExportedProgram) -> dict[str, tuple[str, ...]]:
-    """The nodes of the ONNX graph at ``path`` that each replacement of ``converted`` became, by location.
-
-    Both exporters say where a node comes from: the dynamo exporter in its ``pkg.torch.onnx.name_scopes``
-    metadata (the module path, then the op), the TorchScript exporter in the node's name
-    (``/features/avgpool/AveragePool``). A node belongs to the replacement whose module path is the longest
-    prefix of its own.
-    """
+    """The nodes of the ONNX graph at ``path`` that each replacement of ``converted`` became, by location: a node
+    belongs to the replacement whose module path is the longest prefix of its own (the dynamo exporter's
+    ``pkg.torch.onnx.name_scopes`` metadata, the TorchScript exporter's node name ``/features/avgpool/AveragePool``)."""
     import onnx
 
     if not isinstance(converted, nn.Module):  # a program's nodes carry no module path of a replacement
@@ -289,8 +253,7 @@ def pool_nodes(path: str, converted: nn.Module | ExportedProgram) -> dict[str, t
     return {location: tuple(names) for location, names in found.items()}
 
 
-# Loggers the exporters warn through on every successful export (e.g. "torchvision is not
-# installed. Skipping torchvision::nms"): their records go to fxpool's log, not the console.
+# Loggers the exporters warn through on every successful export ("torchvision is not installed. Skipping ...").
 _EXPORTER_LOGGERS = ("torch.onnx", "torch.export", "torch._export", "onnxscript")
 # Exporter log lines that say the exporter did other than it was asked: these reach the caller as warnings.
 _CHANGES_THE_REQUEST = (re.compile(r"operator set version|opset version", re.IGNORECASE),)
@@ -339,9 +302,8 @@ def require_export_dependencies(kwargs: dict[str, Any], verify: bool, who: str) 
 def supported_opsets(dynamo: bool) -> tuple[int, int]:
     """The lowest and highest ONNX opset the exporter writes as asked, with the torch and onnx installed.
 
-    The TorchScript exporter writes opsets 7 to 20 (torch 2.14; above 20 it warns and writes opset 20's
-    ops under the higher number). The dynamo exporter builds opset 18 and converts it to the opset asked
-    for, up to the newest the installed onnx knows; below 18 it writes 18 (it only logs that it did).
+    TorchScript: 7 to 20 (torch 2.14; above 20 it writes opset 20's ops under the higher number). Dynamo:
+    18 up to the newest the installed onnx knows; below 18 it writes 18 (it only logs that it did).
     """
     if not dynamo:
         from torch.onnx import _constants
@@ -385,8 +347,8 @@ def check_written_opset(path: str, requested: int | None) -> None:
         return
     import onnx
 
-    model = onnx.load(path, load_external_data=False)
-    written = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    opsets = onnx.load(path, load_external_data=False).opset_import
+    written = next((o.version for o in opsets if o.domain in ("", "ai.onnx")), None)
     if written is not None and written != requested:
         raise UnsupportedOpsetError(
             f"opset_version={requested}: the exporter wrote opset {written} instead; ask for opset {written}, or another exporter"
@@ -394,12 +356,8 @@ def check_written_opset(path: str, requested: int | None) -> None:
 
 
 def exporter_reason(error: BaseException) -> str:
-    """What an exporter's error says, in one line: its innermost cause's first line, colours removed.
-
-    The dynamo exporter wraps the reason several times under generic texts ("Failed to convert the
-    exported program to an ONNX model ... Next steps:"); the innermost one names the op or the
-    construct it could not handle.
-    """
+    """What an exporter's error says, in one line: its innermost cause's first line, colours removed (the
+    dynamo exporter wraps the reason, which names the op it could not handle, under generic texts)."""
     root = error
     while root.__cause__ is not None:
         root = root.__cause__
@@ -414,31 +372,20 @@ def export_failure(error: BaseException, report: ConversionReport) -> str:
     reason = exporter_reason(error)
     if report.unexportable:
         return (
-            f"torch.onnx.export failed ({reason}). fxpool left "
-            f"{len(report.unexportable)} adaptive pool(s) to the stock exporter, marked (!) below with why; "
-            f"that is the likely cause.\n{report}"
+            f"torch.onnx.export failed ({reason}). fxpool left {len(report.unexportable)} adaptive pool(s) to the stock "
+            f"exporter, marked (!) below with why; that is the likely cause.\n{report}"
         )
     return (
-        f"torch.onnx.export failed ({reason}). fxpool converted or lowers every "
-        f"adaptive pool, so the cause lies elsewhere in the model; the exporter's full error is chained "
-        f"to this one (the CLI shows it with --debug).\n"
-        f"{report.summary()}"
+        f"torch.onnx.export failed ({reason}). fxpool converted or lowers every adaptive pool, so the cause lies elsewhere "
+        f"in the model; the exporter's full error is chained to this one (the CLI shows it with --debug).\n{report.summary()}"
     )
 
 
-def _exports_in_train_mode(model: nn.Module, kwargs: dict[str, Any]) -> bool:
-    mode = kwargs.get("training", torch.onnx.TrainingMode.EVAL)
-    return mode == torch.onnx.TrainingMode.TRAINING or (mode == torch.onnx.TrainingMode.PRESERVE and model.training)
-
-
 def refuse_dynamic_spatial_axes_for(converted: nn.Module, kwargs: dict[str, Any]) -> None:
-    """Raise if ``kwargs`` free a spatial axis that a converted pool of ``converted`` is specialised to."""
+    """Raise `SpatialSizeError` if ``kwargs`` free a spatial axis that a converted pool of ``converted`` is specialised to."""
     specialised = [r.location for r in report_of(converted).converted if not r.size_agnostic]
-    if specialised:
-        _refuse_dynamic_spatial_axes(kwargs, specialised)
-
-
-def _refuse_dynamic_spatial_axes(kwargs: dict[str, Any], specialised: list[str]) -> None:
+    if not specialised:
+        return
     where = ", ".join(specialised[:3]) + (f" and {len(specialised) - 3} more" if len(specialised) > 3 else "")
     message = (
         "{what} makes spatial axis {axis} of input {name!r} dynamic, but the converted graph is "
@@ -450,9 +397,7 @@ def _refuse_dynamic_spatial_axes(kwargs: dict[str, Any], specialised: list[str])
         for axis in axes.keys() if isinstance(axes, dict) else axes:
             if axis >= 2 or axis < 0:
                 raise SpatialSizeError(message.format(what="dynamic_axes", axis=axis, name=name))
-    shapes = kwargs.get("dynamic_shapes")
-    if shapes is None:
-        return
+    shapes = kwargs.get("dynamic_shapes") or {}
     entries = shapes.values() if isinstance(shapes, dict) else shapes
     for index, spec in enumerate(entries):
         items = spec.items() if isinstance(spec, dict) else enumerate(spec or ())
@@ -462,11 +407,8 @@ def _refuse_dynamic_spatial_axes(kwargs: dict[str, Any], specialised: list[str])
 
 
 class _Exported(nn.Module):
-    """A plain wrapper: the TorchScript exporter takes a GraphModule's ``.graph`` for a ScriptModule's.
-
-    It runs the GraphModule's own ``forward`` (not a ``*args, **kwargs`` one), because the exporter
-    maps keyword arguments onto ``forward``'s signature.
-    """
+    """A plain wrapper: the TorchScript exporter takes a GraphModule's ``.graph`` for a ScriptModule's. It runs
+    the GraphModule's own ``forward``: the exporter maps keyword arguments onto ``forward``'s signature."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
@@ -475,20 +417,14 @@ class _Exported(nn.Module):
 
 
 def export_with_translations(export_fn: Any, model: Any, args: Any, f: Any, *rest: Any, **kwargs: Any) -> Any:
-    """``export_fn(model, args, f, ...)`` with fxpool's exporter translations registered.
-
-    The TorchScript exporter gets them as registered symbolics; the dynamo exporter as entries of
-    ``custom_translation_table`` under the caller's own (the caller's win).
-    """
+    """``export_fn(model, args, f, ...)`` with fxpool's exporter translations registered: the TorchScript
+    exporter's as symbolics, the dynamo exporter's in ``custom_translation_table`` (the caller's own entries win)."""
     if kwargs.get("dynamo", True) is False:
         if isinstance(model, torch.fx.GraphModule):
             model = _Exported(model)
     else:
         kwargs["custom_translation_table"] = {**dynamo_translation_table(), **(kwargs.get("custom_translation_table") or {})}
     export_fn = unpatched_export(export_fn)  # torch.onnx.export while patched: the exporter itself
-    # The symbolic registry and the exporters' flags are process-wide: exports run one at a time, other
-    # threads' torch.onnx.export calls wait for this one (routed through the lock), and one already in
-    # flight in another thread is waited for.
     with LOCK, exports_routed(), exporter_translations():
         wait_for_exports_in_flight()
         try:

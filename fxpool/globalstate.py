@@ -1,19 +1,10 @@
 """The process-wide state fxpool has to touch, behind one lock, and always put back.
 
-Converting reads and writes state that belongs to the whole process: the global random-number
-generators (forked around the example runs), torch.fx's patch of ``nn.Module.__call__`` while it
-traces, ``torch.onnx.is_in_onnx_export`` while it records and traces, and the TorchScript exporter's
-symbolic registry. Two conversions interleaving on these would restore each other's saved values.
-
-- :data:`LOCK` serialises every such section (re-entrant: ``export`` converts inside it);
-- :func:`export_flag` decides what ``torch.onnx.is_in_onnx_export()`` answers in the calling thread
-  only (``True``, ``False``, or raise :class:`ExportBranchError`), and counts how often user code
-  asked, so fxpool can tell a model that branches on it and follow both branches; other threads
-  see the real answer;
-- :func:`exports_routed` makes ``torch.onnx.export`` a stand-in while fxpool exports (its own exports
-  and the pre-export hook's): a thread that pushed a handler (:func:`export_handler`) has its calls
-  answered by it, every other thread's run under :data:`LOCK`, one export at a time;
-  :func:`wait_for_exports_in_flight` waits for one another thread had already begun.
+Converting and exporting touch state of the whole process: the random-number generators, torch.fx's patch
+of ``nn.Module.__call__``, ``torch.onnx.is_in_onnx_export``, the TorchScript exporter's symbolic registry
+and both exporters' flags. :data:`LOCK` (re-entrant: ``export`` converts inside it) serialises every such
+section, so two of them never restore each other's saved values. The stand-ins put in place here answer
+differently in the thread that asked for them only; other threads see the real answer or wait on the lock.
 """
 
 from __future__ import annotations
@@ -32,8 +23,6 @@ from .errors import ExportFailedError
 
 LOCK = threading.RLock()
 
-_answers = threading.local()  # .stack: this thread's (answer, reads) sections, innermost last
-
 
 class ExportBranchError(Exception):
     """Raised by code that branches on ``torch.onnx.is_in_onnx_export()`` where no branch may be taken."""
@@ -46,12 +35,22 @@ class FlagReads:
     count: int = 0
 
 
+class _ThreadStacks(threading.local):
+    """This thread's sections, innermost last: :func:`export_flag`'s (answer, reads), :func:`export_handler`'s handlers."""
+
+    def __init__(self) -> None:
+        self.answers: list[tuple[bool | None, FlagReads]] = []
+        self.handlers: list[Callable[..., Any]] = []
+
+
+_stacks = _ThreadStacks()
+
+
 def _make_stand_in(original: Callable[[], bool]) -> Callable[[], bool]:
     def is_in_onnx_export() -> bool:
-        stack = getattr(_answers, "stack", None)
-        if not stack:
+        if not _stacks.answers:
             return original()
-        answer, reads = stack[-1]
+        answer, reads = _stacks.answers[-1]
         reads.count += 1
         if answer is None:
             raise ExportBranchError("the code branches on torch.onnx.is_in_onnx_export(); a trace would keep only one branch")
@@ -69,13 +68,11 @@ def export_flag(answer: bool | None) -> Iterator[FlagReads]:
     with LOCK:
         original = torch.onnx.is_in_onnx_export
         torch.onnx.is_in_onnx_export = _make_stand_in(getattr(original, "fxpool_original", original))
-        if not hasattr(_answers, "stack"):
-            _answers.stack = []
-        _answers.stack.append((answer, reads))
+        _stacks.answers.append((answer, reads))
         try:
             yield reads
         finally:
-            _answers.stack.pop()
+            _stacks.answers.pop()
             torch.onnx.is_in_onnx_export = original
 
 
@@ -86,10 +83,6 @@ def is_stand_in(value: Any) -> bool:
 
 # How long an export waits for another thread's torch.onnx.export already in flight.
 IN_FLIGHT_TIMEOUT_S = 600.0
-# A pre-export hook's answer to a torch.onnx.export call: (the unpatched exporter, model, args, f, ...)
-ExportHandler = Callable[..., Any]
-
-_handlers = threading.local()  # .stack: this thread's export handlers (entered hooks), innermost last
 _routes = 0  # across threads: torch.onnx.export is the stand-in while above 0 (hooks, fxpool's exports)
 _unpatched_export: Callable[..., Any] | None = None
 _patched_export: Callable[..., Any] | None = None  # what torch.onnx.export is while patched
@@ -112,9 +105,7 @@ def wait_for_exports_in_flight() -> None:
 
 def unpatched_export(export_fn: Callable[..., Any]) -> Callable[..., Any]:
     """The exporter itself where ``export_fn`` is fxpool's stand-in of ``torch.onnx.export``."""
-    if getattr(export_fn, "fxpool_stand_in", False) and _unpatched_export is not None:
-        return _unpatched_export
-    return export_fn
+    return _unpatched_export if getattr(export_fn, "fxpool_stand_in", False) and _unpatched_export is not None else export_fn
 
 
 @contextmanager
@@ -139,17 +130,15 @@ def exports_routed() -> Iterator[None]:
 
 
 @contextmanager
-def export_handler(handler: ExportHandler) -> Iterator[None]:
-    """While inside, this thread's ``torch.onnx.export`` calls go to ``handler`` (with the exporter first);
-    handlers nest, and may be left in any order."""
+def export_handler(handler: Callable[..., Any]) -> Iterator[None]:
+    """While inside, this thread's ``torch.onnx.export(model, args, f, ...)`` calls go to
+    ``handler(exporter, model, args, f, ...)``; handlers nest, and may be left in any order."""
     with exports_routed():
-        if not hasattr(_handlers, "stack"):
-            _handlers.stack = []
-        _handlers.stack.append(handler)
+        stack = _stacks.handlers
+        stack.append(handler)
         try:
             yield
         finally:
-            stack = _handlers.stack
             del stack[max(i for i, h in enumerate(stack) if h is handler)]
 
 
@@ -161,11 +150,10 @@ def _stand_in_for(original: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def export(model: Any, args: Any = (), f: Any = None, *rest: Any, **kwargs: Any) -> Any:
-        stack = getattr(_handlers, "stack", None)
-        if not stack:
+        if not _stacks.handlers:
             with LOCK:
                 return original(model, args, f, *rest, **kwargs)
-        return stack[-1](original, model, args, f, *rest, **kwargs)
+        return _stacks.handlers[-1](original, model, args, f, *rest, **kwargs)
 
     export.fxpool_stand_in = True  # type: ignore[attr-defined]
     return export

@@ -1,12 +1,9 @@
-"""Whether an adaptive pool is replaced at all, and the one decision per pool.
+"""Whether an adaptive pool is replaced at all, and the one :class:`PoolDecision` per pool (no torch, no ONNX).
 
-:func:`decide_pool` asks the pool guards (:data:`POOL_GUARDS`, then under ``dynamic=True``
-:data:`DYNAMIC_GUARDS`) whether the pool can be replaced, from a :class:`PoolSighting` (how the pool
-is written and the sizes each run saw), and returns one :class:`PoolDecision`: the exact plan
-(:func:`~fxpool.planning.choose_plan`), the dynamic-size form, the window argmax form of a max pool
-whose indices are used, or nothing, with the reason. A pool run at several sizes keeps a plan only
-where that plan is exact at every size (a mean over output-1 axes, say: MONAI's QuickNAT shares one
-such pool among all its blocks), or takes the dynamic-size form. Nothing here knows of torch or ONNX.
+The guards are data, tried in order (:data:`POOL_GUARDS`, then under ``dynamic=True`` :data:`DYNAMIC_GUARDS`);
+each says why a pool must be left, or nothing. A pool run at several sizes keeps a plan only where that plan
+is exact at every size (a mean over output-1 axes: MONAI's QuickNAT shares one among all its blocks), or takes
+the dynamic-size form.
 """
 
 from __future__ import annotations
@@ -50,9 +47,7 @@ def _ran_guard(sighting: PoolSighting) -> str | None:
 
 
 def _constant_output_guard(sighting: PoolSighting) -> str | None:
-    if sighting.dynamic_output_size:
-        return "output_size is computed at run time, so no fixed replacement is safe"
-    return None
+    return "output_size is computed at run time, so no fixed replacement is safe" if sighting.dynamic_output_size else None
 
 
 def _quantized_guard(sighting: PoolSighting) -> str | None:
@@ -61,9 +56,7 @@ def _quantized_guard(sighting: PoolSighting) -> str | None:
 
 def _non_empty_guard(sighting: PoolSighting) -> str | None:
     in_sizes, out_sizes = sighting.runs[0]
-    if 0 in in_sizes or 0 in out_sizes:
-        return "a zero spatial size makes an empty result; nothing to replace"
-    return None
+    return "a zero spatial size makes an empty result; nothing to replace" if 0 in in_sizes or 0 in out_sizes else None
 
 
 def _one_size_guard(sighting: PoolSighting) -> str | None:
@@ -75,28 +68,18 @@ def _one_size_guard(sighting: PoolSighting) -> str | None:
 
 
 def _fixed_request_guard(sighting: PoolSighting) -> str | None:
-    if sighting.requested is None:
-        return "dynamic=True: interpolate with scale_factor has a size-dependent output size"
-    return None
+    return "dynamic=True: interpolate with scale_factor has a size-dependent output size" if sighting.requested is None else None
 
 
-POOL_GUARDS: tuple[PoolGuard, ...] = (
-    _ran_guard,
-    _constant_output_guard,
-    _quantized_guard,
-    _non_empty_guard,
-)
+POOL_GUARDS: tuple[PoolGuard, ...] = (_ran_guard, _constant_output_guard, _quantized_guard, _non_empty_guard)
 DYNAMIC_GUARDS: tuple[PoolGuard, ...] = (_fixed_request_guard,)
 
 
 @dataclass(frozen=True)
 class PoolDecision:
-    """What convert does with one pool, and why.
-
-    ``exact``: replace it by ``plan`` (checked at the traced size where the plan needs it);
-    ``dynamic``: replace it by the form that computes its windows from the runtime size (``plan``
-    is what the traced size alone would have got, ``dynamic_form`` the form); ``left``: leave it to PyTorch.
-    """
+    """What convert does with one pool, and why: ``exact``, replace it by ``plan``; ``dynamic``, by ``dynamic_form``,
+    which computes its windows from the runtime size (``plan``: what the traced size alone would have got);
+    ``left``, leave it to PyTorch."""
 
     action: DecisionAction
     reason: str

@@ -1,11 +1,8 @@
 """The pre-export hook: ``torch.onnx.export`` calls inside ``onnx_export_hook()`` export the converted model.
 
-:func:`onnx_export_hook` pushes a handler for the calling thread on the stand-in of ``torch.onnx.export``
-(:func:`~fxpool.globalstate.export_handler`), so any call from that thread — in scripts the user cannot
-edit too — converts the model (:func:`~fxpool.exporting.convert_for_export`, judged as the export will be),
-refuses dynamic spatial axes a static conversion cannot serve, and exports with fxpool's translations
-registered. Other threads' calls are not converted; they run one at a time with fxpool's. The patch is
-undone when the last hook is left, whatever the order, on exceptions too.
+The hook answers the calling thread's calls only, through the stand-in of ``torch.onnx.export``
+(`fxpool.globalstate.export_handler`), so scripts the user cannot edit are served too; it converts and
+exports through the same calls as `fxpool.export` (`fxpool.exporting`).
 """
 
 from __future__ import annotations
@@ -13,7 +10,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
@@ -41,26 +37,20 @@ def onnx_export_hook(*, strict: bool = False, dynamic: bool = False) -> Iterator
     time with fxpool's (the exporters' state is process-wide). Blocks may nest and may be left in any
     order; ``torch.onnx.export`` is restored when the last one is left.
     """
-    with export_handler(functools.partial(_hooked_export, _HookOptions(strict, dynamic))):
+    with export_handler(functools.partial(_hooked_export, strict, dynamic)):
         yield
 
 
-@dataclass(frozen=True)
-class _HookOptions:
-    """The hook's own options, kept apart from the exporter's keyword arguments (no name of theirs can clash)."""
-
-    strict: bool
-    dynamic: bool
-
-
 def _hooked_export(
-    options: _HookOptions, original: Callable[..., Any], model: Any, args: Any = (), f: Any = None, *rest: Any, **kwargs: Any
+    strict: bool, dynamic: bool, original: Callable[..., Any], model: Any, args: Any, f: Any, /, *rest: Any, **kwargs: Any
 ) -> Any:
-    """``torch.onnx.export`` in a thread inside a hook: convert, then export with fxpool's translations."""
+    """``torch.onnx.export`` in a thread inside a hook: convert, then export with fxpool's translations.
+
+    The hook's options are positional-only, so an exporter keyword of the same name stays in ``kwargs``."""
     require_export_dependencies(kwargs, False, "torch.onnx.export under fxpool.onnx_export_hook")
     check_opset(kwargs)
     if isinstance(model, nn.Module) and not hasattr(model, REPORT_ATTRIBUTE):
-        model = convert_for_export(model, read_example(args, kwargs.get("kwargs")), options.dynamic, options.strict)
+        model = convert_for_export(model, read_example(args, kwargs.get("kwargs")), dynamic, strict)
     report = getattr(model, REPORT_ATTRIBUTE, None)
     if isinstance(model, nn.Module) and report is not None:
         refuse_dynamic_spatial_axes_for(model, kwargs)

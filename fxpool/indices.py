@@ -1,19 +1,12 @@
 """Adaptive max pools that return their indices: PyTorch's values and argmax indices, in a portable form.
 
-``nn.AdaptiveMaxPool2d(..., return_indices=True)`` (and ``F.adaptive_max_pool2d_with_indices``, the
-``torch._C._nn`` and ``torch.ops.aten`` max pools, which always return both) gives each output's
-maximum and its flat position within the input's plane. PyTorch's kernels (CPU, channels-last and
-CUDA alike) scan each window in row-major order and keep an entry that is greater than the maximum
-so far, or is NaN: so the index is the **first** maximum on ties, the **last** NaN where the window
-holds any, and the window's first position where every entry is -inf.
-
-:class:`WindowArgmaxPool` runs PyTorch's own kernel in eager (exact by definition, native speed, its
-gradient). What tracers see is plain ops that reproduce that rule: every window's plane positions, a
-constant table padded to the longest window by repeating the window's last position (a repeat never
-comes before what it copies, so it is never the first maximum), are gathered from the flattened
-plane; ``argmax`` over the window with NaN as -inf finds the first maximum, ``argmax`` of the NaN flags
-weighted by their rank the last NaN; the table maps the winner to its plane index, and the values are
-read there. ONNX: Reshape, Gather, IsNaN, Where, ArgMax, Mul, ReduceMax, GatherElements.
+PyTorch's kernels (CPU, channels-last and CUDA alike) scan each window in row-major order and keep an entry
+greater than the maximum so far, or NaN: the index is the **first** maximum on ties, the **last** NaN where
+the window holds any, and the window's first position where every entry is -inf. :class:`WindowArgmaxPool`
+runs that kernel in eager; tracers see plain ops that reproduce the rule: each window's plane positions (a
+constant table, padded to the longest window by repeating the window's last position, which is never the
+first maximum) gathered from the flattened plane, ``argmax`` with NaN as -inf for the first maximum, and
+``argmax`` of the NaN flags weighted by rank for the last NaN.
 """
 
 from __future__ import annotations
@@ -24,15 +17,13 @@ from itertools import product
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .errors import PoolCallError
 from .forms import keep_memory_format
+from .replacements import native_pool_function
 from .sizechecks import check_input, plain_eager, refuse_empty_torchscript_export
 from .windows import window_bounds
-
-_NATIVE = {1: F.adaptive_max_pool1d, 2: F.adaptive_max_pool2d, 3: F.adaptive_max_pool3d}
 
 
 def window_positions(in_sizes: Sequence[int], out_sizes: Sequence[int]) -> tuple[torch.Tensor, int]:
@@ -67,12 +58,15 @@ class WindowArgmaxPool(nn.Module):
         super().__init__()
         self.location = location
         self.in_sizes, self.out_sizes = tuple(in_sizes), tuple(out_sizes)
+        self._build_tables(device)
+
+    def _build_tables(self, device: torch.device | str | None) -> None:
+        """The window tables, non-persistent (``state_dict`` keys stay the original's) and rebuilt exactly after any
+        ``.to()`` (a dtype change would turn these integers to floats)."""
         positions, self.span = window_positions(self.in_sizes, self.out_sizes)
-        outputs = math.prod(self.out_sizes)
-        # Non-persistent: state_dict keys stay the original's; rebuilt exactly by any .to() (they are integers).
         self.register_buffer("positions", positions.to(device), persistent=False)
-        self.register_buffer("window_starts", (torch.arange(outputs) * self.span).to(device), persistent=False)
-        self.register_buffer("ranks", torch.arange(1, self.span + 1, dtype=torch.float32).to(device), persistent=False)
+        self.register_buffer("window_starts", (torch.arange(math.prod(self.out_sizes)) * self.span).to(device), persistent=False)
+        self.register_buffer("ranks", torch.arange(1, self.span + 1, dtype=torch.float32, device=device), persistent=False)
 
     @property
     def fxpool_native_reference(self) -> tuple[str, tuple[int | None, ...]]:
@@ -88,15 +82,13 @@ class WindowArgmaxPool(nn.Module):
 
     def __prepare_scriptable__(self) -> nn.Module:
         """``torch.jit.script`` gets the native pool this module stands for (same function, scriptable)."""
-        return {1: nn.AdaptiveMaxPool1d, 2: nn.AdaptiveMaxPool2d, 3: nn.AdaptiveMaxPool3d}[len(self.out_sizes)](
-            self.out_sizes, return_indices=True
-        )
+        return getattr(nn, f"AdaptiveMaxPool{len(self.out_sizes)}d")(self.out_sizes, return_indices=True)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = check_input(x, self.in_sizes, self.location)
         compiling = torch.compiler.is_compiling() and not torch.compiler.is_exporting()
         if compiling or (isinstance(x, torch.Tensor) and plain_eager()):
-            return _NATIVE[len(self.out_sizes)](x, list(self.out_sizes), return_indices=True)
+            return native_pool_function("max", len(self.out_sizes))(x, list(self.out_sizes), return_indices=True)
         if torch.jit.is_tracing() and torch.onnx.is_in_onnx_export():
             refuse_empty_torchscript_export(x, self.location)
         return self.traced_form(x)
@@ -123,11 +115,6 @@ class WindowArgmaxPool(nn.Module):
         return keep_memory_format(x, values.reshape(shape), dims), keep_memory_format(x, indices.reshape(shape), dims)
 
     def _apply(self, fn: Any, recurse: bool = True) -> WindowArgmaxPool:
-        # A dtype change would turn the integer tables to floats: rebuild them exactly after any conversion.
         super()._apply(fn, recurse)
-        device = self.positions.device
-        positions, _ = window_positions(self.in_sizes, self.out_sizes)
-        self.positions = positions.to(device)
-        self.window_starts = (torch.arange(math.prod(self.out_sizes)) * self.span).to(device)
-        self.ranks = torch.arange(1, self.span + 1, dtype=torch.float32, device=device)
+        self._build_tables(self.positions.device)
         return self

@@ -1,25 +1,13 @@
-"""Pool calls replaced at run time, without a trace: functional calls by a torch function mode, and a
-pool module called at several sizes by a table of its replacements.
+"""Pool calls replaced at run time, without a trace: functional calls by a torch function mode, and a pool
+module called at several sizes by a table of its replacements (:class:`PoolCalls`, by call and size).
 
-A module whose own forward calls ``F.adaptive_avg_pool2d`` (or any spelling :mod:`fxpool.calls`
-knows) is converted without tracing its forward: it is given a :class:`PoolCalls` table (a submodule,
-``fxpool_calls``, so ``.to()``/``.half()`` move its replacements, and non-persistent: ``state_dict``
-keys stay the original's) and its forward is wrapped (:class:`InterceptingForward`). While that forward
-runs, a :class:`~torch.overrides.TorchFunctionMode` sees every pool call and runs the replacement the
-table holds for the call and the input's spatial size; the rest of the forward is the module's own code,
-run as it is (``self.training``, data-dependent control flow and all). A size it was not converted for
-raises :class:`~fxpool.errors.SpatialSizeError` (a ``dynamic=True`` entry serves every size); a call it
-holds nothing for (one left to PyTorch, or one a module below makes) runs PyTorch's pool.
-
-The mode is Python, so every tracer that runs the forward sees the replacement's plain ops:
-``torch.jit.trace`` and the TorchScript ONNX exporter, ``torch.export`` (strict or not) and the dynamo
-ONNX exporter. The mode covers the forward's submodules too; each torch call there pays one Python
-call (a dict lookup for the pool functions), and a module below with a table of its own intercepts its
-calls first.
-
-A pool module called at several spatial sizes is replaced by a :class:`PoolCalls` table too: its
-forward looks the replacement up by the input's size. Tables and wrapped forwards pickle, deep-copy
-and are rebound by :func:`~fxpool.copying.structural_copy`.
+A module whose forward makes a pool call gets a table (the non-persistent submodule ``fxpool_calls``:
+``.to()`` moves the replacements, ``state_dict`` keys stay the original's) and an
+:class:`InterceptingForward`, which runs its own forward as written under a ``TorchFunctionMode`` that
+answers each pool call with the replacement for the call and the input's size. The mode is Python, so
+every tracer that runs the forward (``torch.jit.trace``, both ONNX exporters, ``torch.export``) sees the
+replacement's plain ops. It covers the forward's submodules too: each torch call there pays one Python
+call, and a module below with a table of its own intercepts its calls first.
 """
 
 from __future__ import annotations
@@ -28,7 +16,6 @@ import inspect
 import os
 import sys
 import types
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +25,7 @@ from torch.overrides import TorchFunctionMode
 
 from .calls import PoolCall, describe_function, is_pool_function
 from .errors import PoolCallError, SpatialSizeError
+from .sizechecks import static_size
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep  # with the separator: torchvision is not torch
 _FXPOOL_DIR = os.path.dirname(__file__) + os.sep
@@ -48,12 +36,9 @@ CallKey = tuple[PoolCall, tuple[int, ...] | None]  # the call as written, and th
 
 
 class PoolCalls(nn.Module):
-    """The replacements of pool calls, by the call as written and the input's spatial size.
-
-    ``owner`` names the module in errors. A key with size ``None`` (the dynamic form) serves every
-    size; a key mapped to ``None`` is a call left to PyTorch. As a module (``forward``), the table
-    stands for the pool module ``call`` it replaced, called at several sizes.
-    """
+    """The replacements of pool calls, by the call as written and the input's spatial size (``None``: the dynamic
+    form, every size); a key mapped to ``None`` is a call left to PyTorch. ``owner`` names the module in errors.
+    As a module, the table stands for the pool module ``call`` it replaced, called at several sizes."""
 
     def __init__(self, owner: str, call: PoolCall | None = None) -> None:
         super().__init__()
@@ -78,7 +63,10 @@ class PoolCalls(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         assert self.call is not None, "a table of functional calls is run by its owner's forward"
-        return self.run(self.call, x, lambda: _native_module_call(self.call, x))  # type: ignore[arg-type]
+        name = self._resolve(self.call, x) if self.call in self.sizes else None
+        if name is None:  # pragma: no cover
+            raise SpatialSizeError(f"{self.call.op}: no replacement for input of shape {tuple(x.shape)}")
+        return self.replacements[name](x)
 
     def intercept(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A pool call ``func(*args, **kwargs)`` made in the owner's forward: its replacement, or the call itself.
@@ -86,7 +74,8 @@ class PoolCalls(nn.Module):
         The common eager spelling, ``func(x, output_size)``, is looked up by its arguments once it has
         been served (a dict lookup); every other call is read by :func:`~fxpool.calls.describe_function`."""
         plain = not kwargs and len(args) == 2 and type(args[0]) is torch.Tensor and torch._C._get_tracing_state() is None
-        if plain and not torch.compiler.is_compiling():
+        plain = plain and not torch.compiler.is_compiling()
+        if plain:
             try:
                 name = self.seen[(func, args[1], args[0].shape)]
             except (KeyError, TypeError):  # not served yet, or an unhashable size (a list)
@@ -103,7 +92,7 @@ class PoolCalls(nn.Module):
         if call not in self.sizes:
             return func(*args, **kwargs)
         name = self._resolve(call, x)
-        if plain and not torch.compiler.is_compiling():
+        if plain:
             try:
                 self.seen[(func, args[1], args[0].shape)] = name
             except TypeError:
@@ -117,22 +106,16 @@ class PoolCalls(nn.Module):
             return self.index[(call, sizes[0])] if len(sizes) == 1 else None
         if (call, None) in self.index:
             return self.index[(call, None)]
-        spatial = tuple(_static_int(s) for s in x.shape[x.dim() - len(_dims(call, x)) :])
+        dims = call.spatial_dims if call.spatial_dims is not None else x.dim() - 2
+        spatial = tuple(int(static_size(s)) for s in x.shape[x.dim() - dims :])
         if (call, spatial) not in self.index:
             raise SpatialSizeError(
-                f"{self.owner}: {_spelled(call)} was converted for input spatial size(s) "
-                f"{', '.join(str(s) for s in sizes)}, but got input of shape {tuple(_static_int(s) for s in x.shape)}. "
+                f"{self.owner}: {call.op} (output size {call.requested}) was converted for input spatial size(s) "
+                f"{', '.join(str(s) for s in sizes)}, but got input of shape {tuple(int(static_size(s)) for s in x.shape)}. "
                 f"Convert again with an example input of this size (fxpool.convert(model, example)), or convert "
                 f"with dynamic=True for one model that serves every size."
             )
         return self.index[(call, spatial)]
-
-    def run(self, call: PoolCall, x: Any, native: Callable[[], Any]) -> Any:
-        """The replacement of ``call`` on ``x``; ``native()`` where the table holds nothing for the call."""
-        if call not in self.sizes:
-            return native()
-        name = self._resolve(call, x)
-        return native() if name is None else self.replacements[name](x)
 
     def extra_repr(self) -> str:
         return f"owner={self.owner!r}, calls={len(self.index)}"
@@ -152,12 +135,9 @@ class _InterceptPoolCalls(TorchFunctionMode):
 
 
 class InterceptingForward:
-    """The forward of a module whose functional pool calls run their replacements (see the module doc).
-
-    ``function`` is the forward it runs (the class's, or one set on the instance), bound to ``owner``;
-    ``calls`` is the owner's table. A plain object, so the module pickles and deep-copies; it takes the
-    wrapped forward's signature and code, which exporters read.
-    """
+    """The forward of a module whose functional pool calls run their replacements: ``function`` (the class's
+    forward, or one set on the instance) bound to ``owner``, under the mode for ``calls``. A plain object, so the
+    module pickles and deep-copies; it takes the wrapped forward's signature and code, which exporters read."""
 
     def __init__(self, owner: nn.Module, calls: PoolCalls) -> None:
         inner = owner.__dict__.get("forward")
@@ -178,9 +158,7 @@ class InterceptingForward:
     @property
     def wrapped(self) -> Callable[..., Any]:
         """The forward this one runs, bound to its module."""
-        if self.owner is None:
-            return self.function
-        return types.MethodType(self.function, self.owner)
+        return self.function if self.owner is None else types.MethodType(self.function, self.owner)
 
     @property
     def __code__(self) -> types.CodeType:  # torch.export reads the forward's code for its source locations
@@ -229,24 +207,3 @@ def _called_by_fxpool() -> bool:
     while frame is not None and frame.f_code.co_filename.startswith(_TORCH_DIR):
         frame = frame.f_back  # type: ignore[assignment]
     return frame is not None and frame.f_code.co_filename.startswith(_FXPOOL_DIR)
-
-
-def _dims(call: PoolCall, x: torch.Tensor) -> range:
-    return range(call.spatial_dims if call.spatial_dims is not None else x.dim() - 2)
-
-
-def _static_int(size: Any) -> Any:
-    """A size as a Python int: torch.jit.trace hands sizes out as 0-d tensors."""
-    if isinstance(size, torch.Tensor):
-        with warnings.catch_warnings():  # the int picks the replacement; the graph is specialised to it anyway
-            warnings.simplefilter("ignore", torch.jit.TracerWarning)
-            return int(size)
-    return int(size)
-
-
-def _spelled(call: PoolCall) -> str:
-    return f"{call.op} (output size {call.requested})"
-
-
-def _native_module_call(call: PoolCall, x: torch.Tensor) -> torch.Tensor:
-    raise SpatialSizeError(f"{call.op}: no replacement for input of shape {tuple(x.shape)}")  # pragma: no cover

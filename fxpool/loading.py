@@ -1,26 +1,15 @@
-"""Building the model a MODEL spec names, as the command line and the model-zoo sweep read it.
+"""Building the model a MODEL spec names (the command line's and the model-zoo sweep's), and what each may run.
 
-The specs, and what each may execute:
-
-- ``torchvision:NAME``, ``timm:NAME``: the library's own builder (random weights unless asked for:
-  ``weights=`` for torchvision, ``pretrained=True`` for timm, which takes only weights already in the
-  local cache and says so where there are none);
-- ``hf:ID_OR_FOLDER``: a Hugging Face transformers model from a local folder or the local cache: its
-  config and, where present, its weights (random weights from the config otherwise, said); no
-  ``trust_remote_code``, nothing downloaded;
-- ``package.module:callable`` or ``path/to/file.py:callable``: the user's own code, run to build the model
-  (a module in the current folder is found as ``python -m fxpool`` finds it);
-- ``FILE.pt2``: a ``torch.export`` program. Every pickle inside the archive is first read with
-  PyTorch's weights-only unpickler (tensors and plain containers only), then the program is loaded
-  from those same bytes: **no code of the file's runs**. An archive with a pickle that needs more
-  is refused unless the caller trusts the file (``trust_file=True``, ``--trust-model-file``);
-- ``FILE.pt``: read with ``torch.load(weights_only=True)``. A whole pickled ``nn.Module`` needs the
-  full unpickler, which **can run arbitrary code from the file**: it is loaded only with
-  ``trust_file=True`` (``--trust-model-file``), and the refusal names that opt-in. A ``state_dict`` is
-  refused: weights alone need the model's code (``module:callable``).
-
-:func:`load_model` returns a :class:`LoadedModel`: the model in eval mode and, in words, where its
-weights came from.
+- ``torchvision:NAME``, ``timm:NAME``: the library's builder, random weights unless asked for (timm's
+  ``pretrained=True`` takes only weights already in the local cache, and says so where there are none);
+- ``hf:ID_OR_FOLDER``: a transformers model from a local folder or the local cache (random weights from its
+  config where it has none, said); no ``trust_remote_code``, nothing downloaded;
+- ``package.module:callable`` or ``path/to/file.py:callable``: the user's own code, run to build the model;
+- ``FILE.pt2``: every pickle in the archive must pass PyTorch's weights-only unpickler, then the program is
+  loaded from those same bytes: **no code of the file's runs** unless ``trust_file=True``;
+- ``FILE.pt``: ``torch.load(weights_only=True)``; a whole pickled ``nn.Module`` **can run arbitrary code from
+  the file** and loads only with ``trust_file=True`` (``--trust-model-file``), which the refusal names. A
+  ``state_dict`` is refused: weights alone need the model's code (``module:callable``).
 """
 
 from __future__ import annotations
@@ -45,7 +34,6 @@ from torch.export import ExportedProgram
 from .errors import require
 
 TRUST_FLAG = "--trust-model-file"
-MODEL_FILE_SUFFIXES = (".pt2", ".pt")
 SPEC_FORMS = "torchvision:NAME, timm:NAME, hf:ID_OR_FOLDER, module:callable, path/to/file.py:callable, FILE.pt2 or FILE.pt"
 
 
@@ -76,18 +64,13 @@ def build_torchvision(name: str, weights: str | None = None, **kwargs: Any) -> n
     return torchvision.models.get_model(name, **kwargs).eval()
 
 
-def is_model_file(spec: str) -> bool:
-    """Whether a MODEL spec names a saved model: ``FILE.pt2`` (an exported program) or ``FILE.pt`` (a pickle)."""
-    return spec.endswith(MODEL_FILE_SUFFIXES)
-
-
 def load_model(spec: str, *, weights: str | None = None, pretrained: bool = False, trust_file: bool = False) -> LoadedModel:
     """Build the model a MODEL spec names, in eval mode; a ``.pt2`` file gives its ``ExportedProgram``.
 
     ``weights`` is torchvision's ``weights=`` (``"DEFAULT"``); ``pretrained`` asks timm and Hugging Face
     specs for weights from the local cache; ``trust_file`` lets a model file run code while it loads.
     """
-    if is_model_file(spec):
+    if spec.endswith((".pt2", ".pt")):
         _refuse_weights_for(spec, weights, pretrained, "a model file carries its own weights")
         return LoadedModel(load_model_file(spec, trust_file=trust_file), "the file's")
     source, sep, name = spec.partition(":") if spec.startswith(("hf:", "timm:", "torchvision:")) else spec.rpartition(":")
@@ -133,14 +116,13 @@ def _timm(spec: str, name: str, pretrained: bool) -> LoadedModel:
     if not timm.is_model(name):
         raise ModelSpecError(f"timm has no model {name!r}; see timm.list_models()")
     cached = _cached_timm_weights(name) if pretrained else None
-    if cached is None:
-        model = timm.create_model(name, pretrained=False)
-        said = "random (timm, pretrained=False)"
-        if pretrained:
-            said = "random: no pretrained weights of this model are in the local Hugging Face cache (nothing is downloaded)"
-        return LoadedModel(model.eval(), said)
-    model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": cached})
-    return LoadedModel(model.eval(), f"pretrained, from the local cache ({Path(cached).name})")
+    if cached is not None:
+        model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": cached})
+        return LoadedModel(model.eval(), f"pretrained, from the local cache ({Path(cached).name})")
+    said = "random (timm, pretrained=False)"
+    if pretrained:
+        said = "random: no pretrained weights of this model are in the local Hugging Face cache (nothing is downloaded)"
+    return LoadedModel(timm.create_model(name, pretrained=False).eval(), said)
 
 
 def _cached_timm_weights(name: str) -> str | None:
@@ -196,23 +178,18 @@ def _build_hugging_face(spec: str, name: str, pretrained: bool) -> LoadedModel:
     if pretrained:
         try:
             model = model_class.from_pretrained(name, local_files_only=True)
-        except OSError:
-            model = None
-        if model is not None:
             return LoadedModel(model.eval(), f"pretrained, {model_class.__name__}.from_pretrained (local files)")
-    model = model_class._from_config(config)
+        except OSError:
+            pass  # no weights there: random weights from the config, said below
     said = f"random ({model_class.__name__} built from its config)"
     if pretrained:
         said = f"random: no weights for {name!r} in that folder or the local cache ({model_class.__name__} from its config)"
-    return LoadedModel(model.eval(), said)
+    return LoadedModel(model_class._from_config(config).eval(), said)
 
 
 def _from_code(spec: str, source: str, name: str) -> nn.Module:
     """``file.py:callable`` or ``module:callable``: the user's code, imported and called with no arguments."""
-    if source.endswith(".py"):
-        module = _import_file(spec, Path(source))
-    else:
-        module = _import_module(spec, source)
+    module = _import_file(spec, Path(source)) if source.endswith(".py") else _import_module(spec, source)
     factory = getattr(module, name, None)
     if not callable(factory):
         raise ModelSpecError(f"model spec {spec!r}: {source} has no callable {name!r}")

@@ -1,26 +1,11 @@
-"""torch.export programs and ATen-level graphs: the pipeline's second front end.
+"""torch.export programs and ATen-level graphs: the pipeline's second front end (see ARCHITECTURE.md).
 
-``fxpool.convert(exported_program)`` and ``fxpool.convert(graph_module, x)`` for a ``GraphModule``
-whose graph calls the ATen pool operators (:func:`has_aten_pools`; ``ExportedProgram.module()`` gives
-one) run the pipeline of :mod:`fxpool.convert`: the same recording, decision, replacement module,
-self-check, undo and report as an ``nn.Module``. Only what is particular to a graph is here:
-
-- **find** (:func:`find_graph_pools`): every node calling an operator of
-  :data:`~fxpool.calls.ATEN_FORMS` is a :class:`~fxpool.finding.PoolSite` located ``<program>:NODE``
-  (``<graph>:NODE`` for a graph module), matched in graph order with the calls the recording saw the
-  graph's own forward make. It stays where it is when it computes its output size at run time or sits
-  in a control-flow branch (a ``torch.cond`` subgraph); a max pool whose indices the graph reads asks
-  for the window argmax, one whose values alone are read for the values' form; a spatial size the
-  graph leaves symbolic asks for the dynamic-size form (``PoolSite.symbolic``).
-- **put in place** (:func:`put_in_graph`): in a copy of the graph (:func:`graph_copy`), a
-  ``call_module`` to each replacement (attributes ``fxpool_pool_N``) takes its node's place.
-- **re-export** (:func:`reexport`, programs only): ``torch.export.export`` of the rewritten module
-  with the program's own dynamic dimensions, so the new program keeps the signature (inputs, outputs,
-  parameter and buffer names) and state of the original, and holds only ATen operators: no fxpool
-  code, no custom op, nothing to compile. A program that was run through ``run_decompositions`` (ATen
-  dialect) gets the default decompositions of the operators the replacements added, and of no other.
-- **the proof** (:func:`program_pools`): the finder read over the new program's own graph; the
-  native pools it still holds are what the report's claims rest on.
+Only what is particular to a graph is here. Each ATen pool node is a site ``<program>:NODE`` (``<graph>:NODE``
+for a graph module), matched in graph order with the calls the recording saw the graph's own forward make; a
+node in a control-flow subgraph is left. The replacements are called in their nodes' place in a graph copy,
+and a program is exported again with its own dynamic dimensions, so the new one keeps the original's
+signature and state and holds only ATen operators (no fxpool code, no custom op). The proof is the same
+finder read over the new program's graph.
 """
 
 from __future__ import annotations
@@ -53,9 +38,9 @@ PROGRAM_TRACER = "torch.export (the converted program's own graph)"
 
 def has_aten_pools(module: Any) -> bool:
     """True for a ``GraphModule`` whose graph (or a subgraph of it) calls an ATen adaptive pool operator."""
-    if not isinstance(module, fx.GraphModule):
-        return False
-    return any(_pool_nodes(sub) for sub in module.modules() if isinstance(sub, fx.GraphModule))
+    return isinstance(module, fx.GraphModule) and any(
+        _pool_nodes(sub) for sub in module.modules() if isinstance(sub, fx.GraphModule)
+    )
 
 
 def _pool_nodes(gm: fx.GraphModule) -> list[fx.Node]:
@@ -93,27 +78,29 @@ def find_graph_pools(gm: nn.Module, recording: Recording, scope: str) -> FoundPo
         if sub is gm or not isinstance(sub, fx.GraphModule):
             continue
         for node in _pool_nodes(sub):
-            described = describe_aten(node.target, node.args, dict(node.kwargs))
-            assert described is not None
             why = (
                 f"inside the subgraph {name!r} (a torch.cond/while_loop branch or another higher-order op), "
                 f"which fxpool does not rewrite; export the model with that branch taken, or convert the "
                 f"nn.Module before torch.export"
             )
-            sites.append(PoolSite(f"{scope}:{name}.{node.name}", described[0], (), left=why))
+            sites.append(PoolSite(f"{scope}:{name}.{node.name}", _described(node)[0], (), left=why))
     return FoundPools(tuple(sites))
 
 
-def _site(node: fx.Node, event: PoolEvent, location: str) -> PoolSite:
+def _described(node: fx.Node) -> tuple[PoolCall, Any, Any]:
+    """The pool call an ATen pool node makes, and the example values (fake tensors, or None) of its input and output."""
     described = describe_aten(node.target, node.args, dict(node.kwargs))
     assert described is not None
     call, source = described
+    fake_out = node.meta.get("val")
+    fake_out = fake_out[0] if isinstance(fake_out, (tuple, list)) else fake_out
+    return call, source.meta.get("val") if isinstance(source, fx.Node) else None, fake_out
+
+
+def _site(node: fx.Node, event: PoolEvent, location: str) -> PoolSite:
+    call, fake_in, fake_out = _described(node)
     dims = call.spatial_dims
     assert dims is not None
-    fake_in = source.meta.get("val") if isinstance(source, fx.Node) else None
-    fake_out = node.meta.get("val")
-    if isinstance(fake_out, (tuple, list)):
-        fake_out = fake_out[0]
     in_sizes = tuple(fake_in.shape[-dims:]) if isinstance(fake_in, torch.Tensor) else None
     symbolic = in_sizes is not None and not all(isinstance(s, int) for s in in_sizes)
     requested, left = _requested(node, call, in_sizes, fake_out)
@@ -148,9 +135,7 @@ def _requested(
 
 
 def _same_size(a: Any, b: Any) -> bool:
-    if isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt):
-        return bool(a.node.expr == b.node.expr)
-    return False
+    return isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt) and bool(a.node.expr == b.node.expr)
 
 
 def _reads_indices(node: fx.Node) -> bool:
@@ -223,9 +208,7 @@ def _random_inputs(program: ExportedProgram) -> tuple[Any, Any]:
         shape = tuple(_hint(s) for s in fake.shape)
         if fake.dtype.is_floating_point:
             leaves.append(torch.randn(shape, dtype=fake.dtype, device=fake.device))
-        elif fake.dtype == torch.bool:
-            leaves.append(torch.randint(0, 2, shape, device=fake.device).bool())
-        else:
+        else:  # integers and booleans: 0 or 1
             leaves.append(torch.randint(0, 2, shape, dtype=fake.dtype, device=fake.device))
     return torch.utils._pytree.tree_unflatten(leaves, program.call_spec.in_spec)
 
@@ -270,11 +253,9 @@ def reexport(program: ExportedProgram, converted: nn.Module, example: Example) -
             del converted.get_submodule(owner)._buffers[name]
         result = _export(converted, example, dynamic_shapes)
     if _dialect(program) == "ATEN" and _dialect(result) != "ATEN":
-        before = _operators(program.graph_module)
-        added = _operators(result.graph_module) - before
+        added = _operators(result.graph_module) - _operators(program.graph_module)
         table = torch.export.default_decompositions()
-        keep = [op for op in list(table.keys()) if op not in added]
-        for op in keep:
+        for op in [op for op in table.keys() if op not in added]:
             table.pop(op)
         result = result.run_decompositions(table)
     lost = sorted(set(program.state_dict) ^ set(result.state_dict))
@@ -330,7 +311,7 @@ def _dynamic_shapes(program: ExportedProgram, example: Example) -> Any:
     if not any(isinstance(f, torch.Tensor) and not all(isinstance(s, int) for s in f.shape) for f in fakes):
         return None
     kwargs = torch.export._tree_utils.reorder_kwargs(dict(example.kwargs), program.call_spec.in_spec)
-    leaves = [leaf for leaf in tree_leaves((example.args, kwargs))]
+    leaves = tree_leaves((example.args, kwargs))
     if len(leaves) != len(fakes):
         raise FxpoolError(
             f"fxpool: the example has {len(leaves)} input values but the program takes {len(fakes)}; pass the inputs "
@@ -381,11 +362,7 @@ def _linear_in_one_symbol(expr: Any) -> tuple[Any, int, int] | None:
 
 def _bound(value: Any) -> int | None:
     """A range bound as an int, or None where it is unbounded (sympy's or torch's ``int_oo``)."""
-    if isinstance(value, int):
-        return value
-    if value is None or not getattr(value, "is_Integer", False):  # int_oo and oo are no sympy Integer
-        return None
-    return int(value)
+    return int(value) if isinstance(value, int) or getattr(value, "is_Integer", False) else None  # int_oo is no Integer
 
 
 def program_pools(program: ExportedProgram, *, shapes: bool) -> TracedPools:
@@ -396,21 +373,9 @@ def program_pools(program: ExportedProgram, *, shapes: bool) -> TracedPools:
         if not isinstance(sub, fx.GraphModule):
             continue
         for node in _pool_nodes(sub):
-            form = describe_aten(node.target, node.args, dict(node.kwargs))
-            assert form is not None
-            call, source = form
-            values = node.meta.get("val")
-            values = values[0] if isinstance(values, (tuple, list)) else values
-            source_value = source.meta.get("val") if isinstance(source, fx.Node) else None
-            found.append(
-                NativePool(
-                    f"aten::{str(node.target).split('.')[1]}",
-                    call.family,
-                    "",
-                    _example_shape(source_value) if shapes else None,
-                    _example_shape(values) if shapes else None,
-                )
-            )
+            call, fake_in, fake_out = _described(node)
+            in_shape, out_shape = (_example_shape(fake_in), _example_shape(fake_out)) if shapes else (None, None)
+            found.append(NativePool(f"aten::{str(node.target).split('.')[1]}", call.family, "", in_shape, out_shape))
     return TracedPools(PROGRAM_TRACER, tuple(found))
 
 

@@ -1,22 +1,11 @@
-"""The modules that stand in for adaptive pools: exact, shape-specialised, export-friendly.
+""":class:`ExactAdaptivePool`: one adaptive pool computed exactly, for the input size it was planned for.
 
-:class:`ExactAdaptivePool` runs the steps of a :class:`~fxpool.steps.PoolPlan` with the plain ops of
-:mod:`fxpool.forms`
-(``avg_pool``/``max_pool``, ``mean``/``max``, ``narrow`` and ``cat``, constant ``index_select``, nearest
-``interpolate``), none of which multiplies an entry outside its window (so NaN and ±inf stay in their
-windows): exporters (``torch.onnx``, ``torch.export`` and what builds on it: ExecuTorch,
-AOTInductor), ``torch.jit.trace`` and ``torch.fx`` see the steps in the plan's order. ``torch.compile``
-is not an exporter: it gets PyTorch's own adaptive pool, which inductor lowers exactly and faster.
-Eager runs one-step plans in one call and uneven windows of both families by PyTorch's own kernel
-(``runs_native_in_eager``: exact by definition, native speed); :func:`~fxpool.sizechecks.traced_forms`
-makes eager run what tracers see. Window indices and scales are non-persistent buffers: they follow ``.to(device)``,
-are left out of ``state_dict`` (so the converted model loads the original's weights), and are rebuilt
-exactly after a dtype change, so ``.double()`` stays exact to float64.
-
-A replacement whose plan depends on the traced spatial size checks it on every call, in eager and
-while an exporter traces (:mod:`fxpool.sizechecks`), and raises
-:class:`~fxpool.errors.SpatialSizeError` otherwise; every replacement refuses integer input, as the
-native pools do. The check is an fx leaf function, so converted models can be traced again.
+Tracers (the exporters, ``torch.jit.trace``, ``torch.fx``) see the steps of its :class:`~fxpool.steps.PoolPlan`
+as the plain ops of :mod:`fxpool.forms`, none of which multiplies an entry outside its window (NaN and ±inf
+stay in their windows). Eager runs one-step plans in one call and uneven windows by PyTorch's own kernel,
+and ``torch.compile`` (no exporter) gets PyTorch's pool, which inductor lowers exactly and faster. Window
+indices and scales are non-persistent buffers: ``state_dict`` keys stay the original's, and they are rebuilt
+exactly after any ``.to()``, so ``.double()`` stays exact to float64.
 """
 
 from __future__ import annotations
@@ -30,38 +19,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from .errors import PoolCallError
-from .forms import (
-    AVG_POOLS,
-    MAX_POOLS,
-    plan_constants,
-    run_onnx_steps,
-    run_steps,
-    window_scales,
-)
+from .forms import AVG_POOLS, MAX_POOLS, plan_constants, run_onnx_steps, run_steps, window_scales
 from .planning import choose_plan
-from .sizechecks import (
-    check_input,
-    exporting,
-    plain_eager,
-    pool_at,
-    traced_guard,
-)
-from .steps import (
-    PoolPlan,
-    PoolStep,
-    ReduceStep,
-    WindowScaleStep,
-    axis_names,
-)
+from .sizechecks import check_input, exporting, plain_eager, pool_at, traced_guard
+from .steps import PoolPlan, PoolStep, ReduceStep, WindowScaleStep, axis_names
 
 torch.fx.wrap("check_input")  # a leaf here too, so converted models trace again with torch.fx
 
 # Axis kinds whose windows eager leaves to PyTorch's own kernel (exact, native speed by definition).
 _WINDOWED_KINDS = ("gather", "sliding", "slices")
-_NATIVE_MAX = {1: F.adaptive_max_pool1d, 2: F.adaptive_max_pool2d, 3: F.adaptive_max_pool3d}
-_NATIVE_AVG = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}
-
-
 # Prefixes of the non-persistent buffers a plan's constants live in (rebuilt exactly after any conversion)
 _CONSTANT_PREFIXES = ("weight_", "indices_", "counts_")
 
@@ -84,10 +50,7 @@ class ExactAdaptivePool(nn.Module):
 
     def _set_plan(self, plan: PoolPlan, dtype: torch.dtype, device: torch.device | str | None) -> None:
         self.plan = plan
-        expected: list[int | None] = [None] * plan.spatial_dims
-        for axis in plan.guarded_axes:
-            expected[axis] = plan.in_sizes[axis]
-        self.expected_sizes: tuple[int | None, ...] = tuple(expected)
+        self.expected_sizes = tuple(plan.in_sizes[a] if a in plan.guarded_axes else None for a in range(plan.spatial_dims))
         self._native_in_eager = any(a.kind in _WINDOWED_KINDS for a in plan.axes)
         for name in [name for name, _ in self.named_buffers(recurse=False) if name.startswith(_CONSTANT_PREFIXES)]:
             delattr(self, name)
@@ -98,11 +61,8 @@ class ExactAdaptivePool(nn.Module):
 
     @property
     def output_size(self) -> tuple[int | None, ...]:
-        """The output size this pool computes, as ``nn.AdaptiveAvgPool2d.output_size`` holds it.
-
-        Assigning another one (as a forward may do before each call) plans the pool again for it, at the
-        same input sizes, so the replacement reads its output size where the original does.
-        """
+        """The output size this pool computes, as ``nn.AdaptiveAvgPool2d.output_size`` holds it; assigning another
+        one (as a forward may do before each call) plans the pool again at the same input sizes."""
         return self.fxpool_native_reference[1]
 
     @output_size.setter
@@ -171,11 +131,7 @@ class ExactAdaptivePool(nn.Module):
             return native_pool(x, *self.fxpool_native_reference)
         if eager:
             return run_steps(self, x)
-        return self._traced(x)
-
-    def _traced(self, x: torch.Tensor) -> torch.Tensor:
-        """What a tracer records: the size guard, then the plan's steps (ONNX export's own where it has them)."""
-        x = traced_guard(x, self.expected_sizes, self.location)
+        x = traced_guard(x, self.expected_sizes, self.location)  # what a tracer records: the size guard, then the steps
         return self._batched(x, onnx=bool(self.plan.onnx_steps) and torch.onnx.is_in_onnx_export())
 
     def _batched(self, x: torch.Tensor, onnx: bool) -> torch.Tensor:
@@ -186,11 +142,7 @@ class ExactAdaptivePool(nn.Module):
         return run_onnx_steps(self, x) if onnx else run_steps(self, x)
 
     def traced_form(self, x: torch.Tensor) -> torch.Tensor:
-        """What exporters, ``torch.jit.trace``, ``torch.compile`` and ``torch.fx`` see, run in eager.
-
-        The self-check runs it beside ``forward`` where the two differ, so the form that is exported
-        is proven on the example too.
-        """
+        """What exporters, ``torch.jit.trace`` and ``torch.fx`` see, run in eager (the self-check proves it too)."""
         return self._batched(check_input(x, self.expected_sizes, self.location), onnx=False)
 
     def onnx_form(self, x: torch.Tensor) -> torch.Tensor:
@@ -199,13 +151,8 @@ class ExactAdaptivePool(nn.Module):
 
     @property
     def runs_native_in_eager(self) -> bool:
-        """General max windows run PyTorch's own kernel in eager; tracers get the gather form.
-
-        Both are exact. The gather form copies the input once or twice before its MaxPool (2-4x
-        native forward+backward, see the README), and every exact form measured in eager — strided
-        window views, per-window argmax gathers — stayed 1.7-4x native with autograd, so eager keeps
-        the one kernel that is native speed by definition.
-        """
+        """Uneven windows run PyTorch's own kernel in eager, tracers the gather form: both exact, but every exact
+        form measured in eager stayed 1.7-4x native with autograd."""
         return self._native_in_eager
 
     def _weight_for(self, index: int, x: torch.Tensor) -> torch.Tensor:
@@ -267,7 +214,7 @@ def run_fast(plan: PoolPlan, x: torch.Tensor, kind: str) -> torch.Tensor:
 
 def native_pool_function(family: str, dims: int) -> Any:
     """PyTorch's functional adaptive pool of this family and number of spatial axes."""
-    return (_NATIVE_AVG if family == "avg" else _NATIVE_MAX)[dims]
+    return getattr(F, f"adaptive_{family}_pool{dims}d")
 
 
 def native_pool_module(family: str, output_size: tuple[int | None, ...]) -> nn.Module:

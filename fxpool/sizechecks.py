@@ -1,12 +1,8 @@
-"""Where a replacement runs, and the size checks it makes there.
+"""Where a replacement runs (:func:`plain_eager`, :func:`exporting`), and the size checks it makes there.
 
-A replacement specialised to the example's spatial size checks its input on every call
-(:func:`check_input`): in eager, and while an exporter traces. Under ``torch.jit.trace`` a TorchScript
-size check stays in the graph (:func:`traced_size_check`); under the TorchScript ONNX exporter a
-Reshape on the data path guards the size and a symbolic refuses dynamic spatial axes
-(:func:`onnx_size_guard`), and an empty input is refused before the exporter's Reshape symbolic would
-crash the process (:func:`refuse_empty_torchscript_export`). :func:`plain_eager` and :func:`exporting`
-say what is running; :func:`traced_forms` makes eager run what tracers see.
+A replacement specialised to the example's spatial size must never compute at another size: it checks its
+input in eager and while an exporter traces (:func:`check_input`), and leaves a check in what
+``torch.jit.trace`` and the TorchScript ONNX exporter record (:func:`traced_guard`).
 """
 
 from __future__ import annotations
@@ -24,12 +20,9 @@ from .errors import PoolCallError, SpatialSizeError
 
 @torch.fx.wrap
 def check_input(x: torch.Tensor, expected: tuple[int | None, ...], location: str) -> torch.Tensor:
-    """Return ``x`` if it is floating and its trailing spatial sizes match ``expected`` (``None``: any).
-
-    Runs under ``torch.jit.trace`` and ``torch.export`` too, where sizes are static: a graph traced
-    at another size than the conversion's would compute wrong values. A spatial size left symbolic
-    by ``torch.export`` (a dynamic axis) cannot be checked and is refused.
-    """
+    """Return ``x`` if it is floating and its trailing spatial sizes match ``expected`` (``None``: any), in eager
+    and while a tracer runs (a graph traced at another size would compute wrong values); a spatial size left
+    symbolic by ``torch.export`` (a dynamic axis) cannot be checked and is refused."""
     # Eager, the common case; and torch.compile, whose guards on the sizes compared hold at run time. Not
     # torch.export's strict (dynamo) tracing: there such a guard becomes a runtime assertion ONNX drops.
     if type(x) is torch.Tensor and not torch.jit.is_tracing() and not torch.compiler.is_exporting() and x.is_floating_point():
@@ -45,7 +38,7 @@ def check_input(x: torch.Tensor, expected: tuple[int | None, ...], location: str
             f"{pool_at(location)}: input has dtype {x.dtype}; adaptive pooling needs a real floating tensor, as the "
             f"original pool does. Cast the input to a floating type."
         )
-    shape = tuple(_static_size(s) for s in x.shape)
+    shape = tuple(static_size(s) for s in x.shape)
     spatial = shape[len(shape) - len(expected) :]
     if any(_known(s == 0) for s in spatial):
         raise PoolCallError(
@@ -54,33 +47,34 @@ def check_input(x: torch.Tensor, expected: tuple[int | None, ...], location: str
         )
     if not any(e is not None for e in expected):
         return x
-    seen = spatial
     traced = tuple("*" if e is None else e for e in expected)
-    if any(e is not None and not (_known(s == e) or _known(s != e)) for e, s in zip(expected, seen)):
+    if any(e is not None and not (_known(s == e) or _known(s != e)) for e, s in zip(expected, spatial)):
         raise SpatialSizeError(
             f"{pool_at(location)}: this replacement was specialised for spatial size {traced}, but it is being "
-            f"exported with a dynamic spatial size ({shape}); the graph would be wrong at "
-            f"other sizes. Keep spatial axes static, or convert with dynamic=True "
-            f"(fxpool.convert(model, example, dynamic=True), fxpool.export(..., dynamic=True), "
-            f"fxpool.onnx_export_hook(dynamic=True)) for one graph exact at every size."
+            f"exported with a dynamic spatial size ({shape}); the graph would be wrong at other sizes. {_KEEP_STATIC}"
         )
-    if len(shape) < len(expected) or any(e is not None and not _known(s == e) for e, s in zip(expected, seen)):
+    if len(shape) < len(expected) or any(e is not None and not _known(s == e) for e, s in zip(expected, spatial)):
         raise SpatialSizeError(
             f"{pool_at(location)}: this replacement was specialised for spatial size {traced} but got input of "
-            f"shape {shape} (spatial {seen}). Convert again with an example input of this "
+            f"shape {shape} (spatial {spatial}). Convert again with an example input of this "
             f"size (fxpool.convert(model, example)), or convert with dynamic=True for one model "
             f"that serves every size."
         )
     return x
 
 
+_KEEP_STATIC = (
+    "Keep spatial axes static, or convert with dynamic=True (fxpool.convert(model, example, dynamic=True), "
+    "fxpool.export(..., dynamic=True), fxpool.onnx_export_hook(dynamic=True)) for one graph exact at every size."
+)
+
+
 def _known(condition: Any) -> bool:
     """``condition`` (about sizes) holds whatever a symbolic size turns out to be, without adding a guard.
 
-    Under ``torch.export`` a comparison of a symbolic size becomes a guard (a constraint on the dynamic
-    dimension, or a runtime assertion that ONNX export drops); ``statically_known_true`` decides it from
-    what is known alone, in strict (dynamo) and non-strict tracing both (dynamo even reports a SymInt as
-    an int). Elsewhere sizes are ints, or torch.compile's SymInts, whose guards hold at run time.
+    Under ``torch.export`` comparing a symbolic size would add a guard (a constraint on the dynamic dimension,
+    or a runtime assertion ONNX drops); ``statically_known_true`` decides from what is known alone. Elsewhere
+    sizes are ints, or torch.compile's SymInts, whose guards hold at run time.
     """
     if not torch.compiler.is_exporting():
         return bool(condition)
@@ -95,10 +89,10 @@ def pool_at(location: str) -> str:
     return f"the adaptive pool at {location!r} of the converted model"
 
 
-def _static_size(size: object) -> Any:
+def static_size(size: object) -> Any:
     """A size as a Python int where one is known; torch.jit.trace hands sizes out as 0-d tensors."""
     if isinstance(size, torch.Tensor):
-        with warnings.catch_warnings():  # the int only feeds this check, never the traced graph
+        with warnings.catch_warnings():  # the int feeds checks and lookups, never the traced graph
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
             return int(size)
     return size
@@ -138,8 +132,8 @@ def _check_sizes_scripted(x: torch.Tensor, expected: list[int], location: str) -
 
 def traced_guard(x: torch.Tensor, expected: tuple[int | None, ...], location: str) -> torch.Tensor:
     """The size check a tracer records for a replacement made for ``expected`` sizes: under the TorchScript
-    ONNX exporter an empty input is refused and the ONNX size guard put on the data path; under
-    ``torch.jit.trace`` alone the traced check; elsewhere ``x`` as it is."""
+    ONNX exporter :func:`onnx_size_guard` (an empty input refused first), under ``torch.jit.trace`` alone
+    :func:`traced_size_check`; elsewhere ``x`` as it is."""
     if not torch.jit.is_tracing():
         return x
     if torch.onnx.is_in_onnx_export():
@@ -151,7 +145,7 @@ def traced_guard(x: torch.Tensor, expected: tuple[int | None, ...], location: st
 def refuse_empty_torchscript_export(x: torch.Tensor, location: str) -> None:
     """Raise `PoolCallError` for an empty input under the TorchScript ONNX exporter, whose Reshape symbolic
     divides by the element count and kills the process (the stock export of a native pool refuses it too)."""
-    shape = tuple(_static_size(s) for s in x.shape)
+    shape = tuple(static_size(s) for s in x.shape)
     if 0 in shape:
         raise PoolCallError(
             f"{pool_at(location)}: the TorchScript ONNX exporter cannot take an input of shape {shape} (an empty "
@@ -161,19 +155,14 @@ def refuse_empty_torchscript_export(x: torch.Tensor, location: str) -> None:
         )
 
 
-def onnx_size_guard(x: torch.Tensor, expected: tuple[int | None, ...], location: str = "adaptive pool") -> torch.Tensor:
+def onnx_size_guard(x: torch.Tensor, expected: tuple[int | None, ...], location: str) -> torch.Tensor:
     """``x``, checked at export and guarded in the graph, for the TorchScript ONNX exporter.
 
-    At export, :class:`_SpatialSizeCheck`'s translation refuses a pool input whose guarded spatial size
-    ONNX's shape inference finds dynamic (the caller's ``dynamic_axes``, with or without fxpool's hook):
-    :class:`~fxpool.errors.SpatialSizeError`, naming ``dynamic=True``. In the graph, ``x`` reshaped to its
-    own shape with the guarded spatial axes as constants: a Reshape that fails, naming both shapes, at an
-    input whose element count differs from the one the graph was exported for (where the export could
-    not tell, its input's spatial axes static and the pool's input of unknown size).
-
-    The Reshape rides on the data path, where no runtime optimizer can drop it (onnxruntime folds away
-    a check on the side, as a Reshape of a constant to the input's length). With static input axes the
-    runtime checks the input's declared shape itself.
+    At export, :class:`_SpatialSizeCheck` refuses a guarded spatial size that ONNX's shape inference finds
+    dynamic (``dynamic_axes``). In the graph, ``x`` is reshaped to its own shape with the guarded spatial
+    sizes as constants: a Reshape that fails at an input of another element count, where the export could
+    not tell. It rides on the data path, where no runtime optimizer can drop it (onnxruntime folds away a
+    check on the side).
     """
     x = _SpatialSizeCheck.apply(x, expected, location)
     dims = len(expected)
@@ -208,9 +197,7 @@ class _SpatialSizeCheck(torch.autograd.Function):
             raise SpatialSizeError(
                 f"{pool_at(location)}: this replacement was specialised for spatial size {traced}, but the ONNX export "
                 f"makes its input's spatial size dynamic ({shape}: dynamic_axes); the graph would be wrong at other "
-                f"sizes. Keep spatial axes static, or convert with dynamic=True (fxpool.convert(model, example, "
-                f"dynamic=True), fxpool.export(..., dynamic=True), fxpool.onnx_export_hook(dynamic=True)) for one "
-                f"graph exact at every size."
+                f"sizes. {_KEEP_STATIC}"
             )
         return x
 
@@ -237,8 +224,7 @@ def exporting_for_torch_runtimes() -> bool:
 
 
 def plain_eager() -> bool:
-    """Nothing traces, compiles or exports, and no traced_forms block is open: :func:`exporting`'s
-    negation, cheapest question first."""
+    """Nothing traces, compiles or exports, and no traced_forms block is open (cheapest question first)."""
     return (
         torch._C._get_tracing_state() is None
         and not getattr(_TRACED_FORMS, "on", False)
@@ -248,10 +234,5 @@ def plain_eager() -> bool:
 
 
 def exporting() -> bool:
-    """An exporter or compiler is tracing: it gets the plan's steps in their order, no eager shortcut."""
-    return (
-        getattr(_TRACED_FORMS, "on", False)
-        or torch.onnx.is_in_onnx_export()
-        or torch.jit.is_tracing()
-        or torch.compiler.is_compiling()
-    )
+    """An exporter or compiler is tracing, or a traced_forms block is open: the plan's steps, no eager shortcut."""
+    return not plain_eager()

@@ -1,17 +1,9 @@
-"""Verification of exported ONNX graphs: ``onnx.checker``, then onnxruntime against PyTorch.
+"""Verification of exported ONNX graphs: ``onnx.checker``, then onnxruntime's CPU provider against PyTorch.
 
-`verify_onnx` runs the graph on the example input in onnxruntime's CPU provider and compares every
-output with the model's (on whatever device the model lives: the comparison is made on the CPU).
-Where the graph holds bfloat16 or float16 tensors and the CPU provider has no kernel for one of its
-ops (no bfloat16 ``Conv``, say), the graph as exported cannot run there; `float32_copy` then
-makes the same graph in float32 (initializers, constants, casts and value types widened; low-precision
-values are exact in float32), which is run against a float32 copy of the model: the graph's structure
-and weights are verified, and `Verification` says so in words. A graph that fails raises
-`ExportVerificationError` saying why; the file is left where it is, for the caller (`fxpool.writing`)
-to set aside.
-
-onnx and onnxruntime are imported only when needed (the ``fxpool[onnx]`` extra); a missing one raises
-`MissingDependencyError` with the ``pip install`` line.
+Where the CPU provider has no kernel for a bfloat16 or float16 op of the graph (no bfloat16 ``Conv``, say),
+`float32_copy` widens the same graph to float32 (low-precision values are exact there) and runs it against a
+float32 copy of the model: the graph's structure and weights are verified, and `Verification.how` says so. A
+graph that fails raises `ExportVerificationError`; the file stays where it is, for the caller to set aside.
 """
 
 from __future__ import annotations
@@ -33,8 +25,6 @@ from .copying import structural_copy
 from .errors import ExportVerificationError, require
 from .example import Example, example_run, read_example
 from .globalstate import LOCK
-
-_LOW_PRECISION = ("BFLOAT16", "FLOAT16")
 
 
 @dataclass(frozen=True)
@@ -79,9 +69,8 @@ def run_onnxruntime(
 ) -> list[Any]:
     """Outputs of the ONNX graph at ``path`` on the tensors of ``example_input`` (read as ``convert`` reads it).
 
-    Graph inputs are fed by name where every one is named after a tensor argument of ``forward``
-    (both exporters' naming when no ``input_names`` are given), else in order, keyword arguments in
-    ``forward``'s parameter order.
+    Graph inputs are fed by name where every one is named after a tensor argument of ``forward`` (the
+    exporters' naming), else in order, keyword arguments in ``forward``'s parameter order.
     """
     example = read_example(example_input)
     session = onnxruntime_session(path, providers)
@@ -131,8 +120,7 @@ def verify_onnx(path: str, model: nn.Module, example_input: Any, *, rtol: float 
             raise ExportVerificationError(f"the exported graph does not load or run: {error}") from error
         why = f"onnxruntime's CPU provider cannot run the {' and '.join(low)} graph ({_first_line(error)})"
         return _verify_float32_copy(path, model, example, rtol, atol, why)
-    expected = _expected(model, example)
-    abs_error, rel_error = _compare(path, outputs, expected, rtol, atol)
+    abs_error, rel_error = _compare(outputs, _expected(model, example), rtol, atol)
     return Verification(abs_error, rel_error, "onnxruntime (CPU) on the graph as exported, against the model")
 
 
@@ -149,7 +137,7 @@ def _verify_float32_copy(path: str, model: nn.Module, example: Example, rtol: fl
             outputs = run_onnxruntime(copy_path, example32, forward=model32.forward)
         except Exception as error:
             raise ExportVerificationError(f"{why}, and its float32 copy does not run either: {_first_line(error)}") from error
-    abs_error, rel_error = _compare(path, outputs, _expected(model32, example32), rtol, atol)
+    abs_error, rel_error = _compare(outputs, _expected(model32, example32), rtol, atol)
     return Verification(abs_error, rel_error, f"a float32 copy of the graph against a float32 copy of the model: {why}")
 
 
@@ -194,19 +182,16 @@ def float32_copy(model: Any) -> Any:
 
 
 def _low_precision_types(path: str) -> list[str]:
+    """The low-precision element types (``"bfloat16"``, ``"float16"``) of the graph's initializers and values."""
     import onnx
 
-    names = {onnx.TensorProto.DataType.Name(t) for t in _element_types(onnx.load(path, load_external_data=False))}
-    return [name.lower() for name in _LOW_PRECISION if name in names]
-
-
-def _element_types(model: Any) -> set[int]:
-    graph = model.graph
+    graph = onnx.load(path, load_external_data=False).graph
     types = {t.data_type for t in graph.initializer}
     for value in list(graph.input) + list(graph.output) + list(graph.value_info):
         if value.type.HasField("tensor_type"):
             types.add(value.type.tensor_type.elem_type)
-    return types
+    names = {onnx.TensorProto.DataType.Name(t) for t in types}
+    return [name.lower() for name in ("BFLOAT16", "FLOAT16") if name in names]
 
 
 def _as_float32(value: Any) -> Any:
@@ -219,7 +204,7 @@ def _expected(model: nn.Module, example: Example) -> list[torch.Tensor]:
     return [t.detach().cpu() for t in tree_leaves(outputs) if isinstance(t, torch.Tensor)]
 
 
-def _compare(path: str, outputs: list[Any], expected: list[torch.Tensor], rtol: float, atol: float) -> tuple[float, float]:
+def _compare(outputs: list[Any], expected: list[torch.Tensor], rtol: float, atol: float) -> tuple[float, float]:
     if len(expected) != len(outputs):
         raise ExportVerificationError(f"onnxruntime gave {len(outputs)} outputs, PyTorch {len(expected)}")
     worst_abs = worst_rel = 0.0

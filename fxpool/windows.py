@@ -3,16 +3,6 @@
 PyTorch pools output index ``i`` of an axis of length ``in_size`` resized to ``out_size`` over the
 half-open window ``[floor(i * in_size / out_size), ceil((i + 1) * in_size / out_size))``.
 
-This module answers, for one axis:
-
-- :func:`window_bounds` — every window ``(start, end)``;
-- :func:`uniform_stride` — the ``(kernel, stride)`` of a plain pooling when all windows have one
-  length and their starts form an arithmetic progression, else ``None``;
-- :func:`upsample_factor` — the integer factor when the output is a whole multiple of the input;
-- :func:`window_lengths` — the distinct window lengths (at most two).
-
-Nothing here knows of torch, torch.fx or ONNX.
-
 >>> window_bounds(7, 3)
 ((0, 3), (2, 5), (4, 7))
 >>> uniform_stride(7, 3)
@@ -31,21 +21,11 @@ def _check_sizes(in_size: int, out_size: int) -> None:
         raise ValueError(f"window sizes need in_size >= 1 and out_size >= 1, got {in_size} -> {out_size}")
 
 
-def window_start(index: int, in_size: int, out_size: int) -> int:
-    """First input position pooled into output ``index``: ``floor(index * in / out)``."""
-    return (index * in_size) // out_size
-
-
-def window_end(index: int, in_size: int, out_size: int) -> int:
-    """One past the last input position pooled into ``index``: ``ceil((index + 1) * in / out)``."""
-    return -((-(index + 1) * in_size) // out_size)
-
-
 @lru_cache(maxsize=4096)
 def window_bounds(in_size: int, out_size: int) -> tuple[tuple[int, int], ...]:
-    """All windows ``(start, end)`` of the axis, in output order."""
+    """All windows ``(start, end)`` of the axis, in output order (the floor and ceil above, in integers)."""
     _check_sizes(in_size, out_size)
-    return tuple((window_start(i, in_size, out_size), window_end(i, in_size, out_size)) for i in range(out_size))
+    return tuple(((i * in_size) // out_size, -((-(i + 1) * in_size) // out_size)) for i in range(out_size))
 
 
 def window_lengths(in_size: int, out_size: int) -> tuple[int, ...]:

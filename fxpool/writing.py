@@ -1,18 +1,15 @@
 """Output files written atomically: a failed or interrupted export never destroys or truncates a file.
 
-:func:`check_output_path` refuses, before any work, a path that names a folder or lies in a folder that
-does not exist. :func:`staged_output` gives a staging folder beside the target (same file system, so a
-rename is atomic); the exporter writes there, the caller verifies there, and
-:meth:`Staging.commit` moves each file into place with ``os.replace`` — companions such as the external
-data file ``NAME.onnx.data`` first, the graph last — and names every file it moved, with its size. A
-graph that fails its check is set aside (:meth:`Staging.set_aside`) as the folder ``NAME.failed/``
-beside the target, whose earlier file stays as it was. Whatever else happens (an exception, a full
-disk), the staging folder is removed on the way out; one left by a killed process
+The exporter writes into a staging folder beside the target (the same file system, so ``os.replace`` is
+atomic); :meth:`Staging.commit` moves each file into place, companions such as ``NAME.onnx.data`` first and
+the graph last, or :meth:`Staging.set_aside` moves a graph that failed its check to ``NAME.failed/``. The
+staging folder is removed on the way out, whatever happens; one left by a killed process
 (``.NAME.fxpool-partial-PID-*``) is removed by the next export to the same target.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import tempfile
@@ -24,7 +21,6 @@ from pathlib import Path
 from .errors import OutputFileError
 
 STAGING_MARK = ".fxpool-partial-"
-FAILED_SUFFIX = ".failed"
 
 
 @dataclass(frozen=True)
@@ -40,12 +36,12 @@ class WrittenFile:
 
 def human_size(size: int) -> str:
     """``531.2 MB``, ``4.0 kB``, ``12 B``: decimal units, as file managers show them."""
-    value = float(size)
-    for unit in ("B", "kB", "MB", "GB"):
-        if value < 1000 or unit == "GB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    raise AssertionError("unreachable")
+    value, unit = float(size), "B"
+    for larger in ("kB", "MB", "GB"):
+        if value < 1000:
+            break
+        value, unit = value / 1000, larger
+    return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
 
 
 def check_output_path(path: str | os.PathLike[str]) -> Path:
@@ -95,7 +91,7 @@ class Staging:
 
     def set_aside(self) -> str:
         """Move the staged files to the folder ``NAME.failed`` beside the target (replacing an earlier one); where, in words."""
-        failed = self.target.with_name(self.target.name + FAILED_SUFFIX)
+        failed = self.target.with_name(self.target.name + ".failed")
         if failed.is_dir() and not failed.is_symlink():
             shutil.rmtree(failed)
         elif failed.exists() or failed.is_symlink():
@@ -120,20 +116,13 @@ def staged_output(path: str | os.PathLike[str]) -> Iterator[Staging]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def remove_stale_staging(target: Path) -> list[Path]:
-    """Remove staging folders of ``target`` left by processes that no longer run; the folders removed."""
-    removed = []
+def remove_stale_staging(target: Path) -> None:
+    """Remove staging folders of ``target`` left by processes that no longer run."""
     prefix = f".{target.name}{STAGING_MARK}"
-    for entry in target.parent.glob(f"{glob_escape(prefix)}*"):
+    for entry in target.parent.glob(f"{glob.escape(prefix)}*"):
         pid_text = entry.name[len(prefix) :].split("-", 1)[0]
         if entry.is_dir() and pid_text.isdigit() and not _alive(int(pid_text)):
             shutil.rmtree(entry, ignore_errors=True)
-            removed.append(entry)
-    return removed
-
-
-def glob_escape(text: str) -> str:
-    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
 
 
 def _alive(pid: int) -> bool:
