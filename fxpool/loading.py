@@ -31,7 +31,7 @@ import torch
 from torch import nn
 from torch.export import ExportedProgram
 
-from .errors import require
+from .errors import error_summary, require
 
 TRUST_FLAG = "--trust-model-file"
 SPEC_FORMS = "torchvision:NAME, timm:NAME, hf:ID_OR_FOLDER, module:callable, path/to/file.py:callable, FILE.pt2 or FILE.pt"
@@ -165,7 +165,7 @@ def _build_hugging_face(spec: str, name: str, pretrained: bool) -> LoadedModel:
     except Exception as error:  # transformers raises OSError, ValueError, KeyError for a missing or foreign config
         raise ModelSpecError(
             f"model spec {spec!r}: no Hugging Face config for {name!r} in that folder or the local cache "
-            f"({type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}); give a folder "
+            f"({error_summary(error)}); give a folder "
             f"holding config.json, or an id downloaded before (nothing is downloaded here)"
         ) from error
     architecture = (getattr(config, "architectures", None) or [None])[0]
@@ -284,7 +284,7 @@ def _load_pickled_model(spec: str, data: bytes, trust_file: bool) -> nn.Module |
             raise ModelSpecError(f"model spec {spec!r}: torch.load cannot read it ({type(error).__name__}: {error})") from error
         raise UntrustedModelFileError(
             f"model spec {spec!r}: the file is a pickle that torch.load(weights_only=True) refuses (a whole pickled model, "
-            f"or other objects: {str(error).strip().splitlines()[0][:200]}); unpickling it would run code from the file. "
+            f"or other objects: {error_summary(error).partition(': ')[2][:200]}); unpickling it would run code from the file. "
             f"Nothing was loaded. If you trust this file as you trust code you run, pass {TRUST_FLAG} "
             f"(load_model(..., trust_file=True)); or save the model with torch.export.save and give the .pt2"
         ) from error

@@ -24,7 +24,7 @@ from .building import Built, replacement_module
 from .calls import PoolCall, aten_returns_indices, describe_aten, is_aten_pool
 from .copying import structural_copy
 from .deciding import SiteDecision
-from .errors import ExampleInputError, FxpoolError
+from .errors import ExampleInputError, FxpoolError, error_summary
 from .example import Example, read_example
 from .finding import FoundPools, PoolSite
 from .proving import NativePool, TracedPools
@@ -272,8 +272,7 @@ def _export(module: nn.Module, example: Example, dynamic_shapes: Any) -> Exporte
         return torch.export.export(module, example.args, dict(example.kwargs), dynamic_shapes=dynamic_shapes, strict=False)
     except Exception as error:
         raise FxpoolError(
-            f"fxpool: torch.export of the converted program failed ({type(error).__name__}: "
-            f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}); convert the nn.Module before "
+            f"fxpool: torch.export of the converted program failed ({error_summary(error)}); convert the nn.Module before "
             f"torch.export instead (fxpool.convert(model, x), then torch.export.export)"
         ) from error
 

@@ -162,6 +162,21 @@ def test_a_pt_file_is_read_weights_only_and_a_pickled_model_needs_the_opt_in(tmp
     assert isinstance(model, nn.Sequential) and not model.training
 
 
+def test_a_refusal_without_a_message_is_still_the_refusal(tmp_path, monkeypatch) -> None:
+    """An UnpicklingError with an empty message once ended in an IndexError instead of the refusal."""
+    import pickle
+
+    path = tmp_path / "whole.pt"
+    torch.save(nn.Sequential(nn.AdaptiveMaxPool2d(3)), path)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise pickle.UnpicklingError("")
+
+    monkeypatch.setattr(torch, "load", refuse)
+    with pytest.raises(UntrustedModelFileError, match=f"or other objects: \\); unpickling.*{TRUST_FLAG}"):
+        load_model(str(path))
+
+
 def test_a_crafted_pt_runs_no_code_without_the_opt_in(tmp_path) -> None:
     path, marker = evil_pt(tmp_path)
     with pytest.raises(UntrustedModelFileError, match="Nothing was loaded"):
