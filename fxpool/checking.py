@@ -1,31 +1,13 @@
 """The self-check: the converted model run once on the example, against what the original computed.
 
-:func:`self_check` runs a converted model on the example input under the recording's rules (its
-buffers cloned for the run, ``torch.no_grad()``, the RNG forked from the same state, the caller's
-training flags), and compares
-
-- every replacement's output with the native adaptive pool applied to the replacement's own input
-  (average family within :data:`TOLERANCE` of the output's scale; max family bit-equal) — and,
-  where eager runs another form than tracers see (``runs_native_in_eager``), that traced form too, and
-  ONNX export's own form where the plan has one (``onnx_form``) — and
-- the whole model's outputs with the original's, recorded in the same way, within
-  :data:`TOLERANCE` of each output's largest magnitude (at least 1).
-
-Where the original was also recorded with ``torch.onnx.is_in_onnx_export()`` true (a model that
-branches on it), the converted model is run that way too and compared with that recording, so the
-branch the ONNX exporters take is proven as well.
-
-Where every replacement agrees with its native pool but the whole model does not, the differences
-may be the model's own: :func:`rounding_noise` runs the original twice more, once as it is (a model
-whose second run differs is not deterministic) and once with every adaptive pool's output moved by
-two units in its last place, and :meth:`SelfCheck.within_noise` accepts outputs that differ by no
-more than :data:`NOISE_FACTOR` times what that second run differs by. This is how the check follows
-what the device computes: with TF32 convolutions on a GPU, or other reduced-precision reductions,
-a one-ulp change in a pool's output moves the outputs far beyond the float32 bound, in the original
-as in the conversion; a wrong replacement is still caught by its own comparison.
-
-It returns a :class:`SelfCheck`; :mod:`fxpool.convert` undoes what failed. Nothing here knows of
-torch.fx or ONNX.
+Each replacement is compared with the native pool on its own input (average family within
+:data:`TOLERANCE`, max family bit-equal; where eager runs another form than tracers see, that form and
+ONNX export's own too), and the whole model's outputs with the original's; where the original has an
+export branch, that branch as well. Where only the whole model disagrees, :func:`rounding_noise` measures
+the original's own sensitivity to rounding (its outputs when every pool's output moves by two units in
+the last place: TF32 and reduced-precision reductions downstream), and :meth:`SelfCheck.within_noise`
+accepts outputs within :data:`NOISE_FACTOR` times that; a wrong replacement is still caught by its own
+comparison.
 """
 
 from __future__ import annotations
@@ -112,9 +94,6 @@ class SelfCheck:
             parts.append(self.mismatch)
         return "; ".join(parts) + "".join(f"\n  undone: {action}" for action in self.actions)
 
-    def with_actions(self, actions: tuple[str, ...]) -> SelfCheck:
-        return replace(self, actions=actions)
-
     def within_noise(self, noise: Noise) -> SelfCheck | None:
         """This check passed where its outputs differ by no more than the original's own rounding noise, else None.
 
@@ -155,16 +134,34 @@ def _run_against(model: nn.Module, example: Example, reference: Any, nudge: bool
 
 def _run(model: nn.Module, example: Example, mode: contextlib.AbstractContextManager[Any]) -> tuple[Any, str | None]:
     """``model``'s output on the example, run without side effects, or what it raised, in words."""
-    with ExitStack() as stack:
-        stack.enter_context(buffers_cloned(tree_modules(model)))
-        # A GraphModule that raises prints its generated code to stderr before re-raising; the caller reports it.
-        stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
-        stack.enter_context(example_run(example))
-        stack.enter_context(mode)
+    with isolated_run(model, example), mode:
         try:
             return example.call(model), None
         except Exception as raised:
             return None, f"it raised {error_summary(raised)}"
+
+
+@contextlib.contextmanager
+def isolated_run(model: nn.Module, example: Example) -> Iterator[None]:
+    """A run of ``model`` (fxpool's copy) on ``example`` that leaves no trace: :func:`example_run`'s rules, stderr
+    held back (a GraphModule that raises prints its code there; the caller reports the error), and each module's
+    buffers replaced by clones until the run ends, since the copy shares its buffer tensors with the caller's
+    model (a run in train mode writes batch-norm statistics). The buffer dicts change in place, so a graph
+    that shares a module's dict sees the clones."""
+    saved: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+    for module in tree_modules(model):
+        buffers = module._buffers
+        if buffers and id(buffers) not in saved:
+            saved[id(buffers)] = (buffers, dict(buffers))
+            for name, tensor in buffers.items():
+                if tensor is not None:
+                    buffers[name] = tensor.detach().clone()
+    try:
+        with example_run(example), contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        for buffers, originals in saved.values():
+            buffers.update(originals)
 
 
 class _PoolOutputsNudged(TorchFunctionMode):
@@ -190,11 +187,8 @@ def _nudged(values: Any) -> Any:
 
 
 def self_check(converted: nn.Module, example: Example, reference: Any, export_reference: Any = None) -> SelfCheck:
-    """Run ``converted`` on ``example`` without side effects and compare it with ``reference``.
-
-    ``export_reference`` (a :class:`~fxpool.recording.Recording`-like output of the original run
-    with ``torch.onnx.is_in_onnx_export()`` true, or ``None``) adds the same comparison in that mode.
-    """
+    """Run ``converted`` on ``example`` without side effects and compare it with ``reference``; with
+    ``export_reference`` (the original's output with ``torch.onnx.is_in_onnx_export()`` true), in that mode too."""
     if example.on_meta:
         return SelfCheck("skipped", "the example input is on the meta device, which holds no values")
     eager = _check_run(converted, example, reference, export=False)
@@ -235,29 +229,6 @@ def _check_run(converted: nn.Module, example: Example, reference: Any, export: b
     )
 
 
-@contextlib.contextmanager
-def buffers_cloned(modules: list[nn.Module]) -> Iterator[None]:
-    """Each module's buffers replaced by clones while inside, the originals put back afterwards.
-
-    ``modules`` are fxpool's own (a conversion's copy, never the caller's objects) but share their
-    buffer tensors with the caller's model: a run in train mode would write batch-norm statistics
-    into them. The dicts are changed in place, so a graph that shares a module's dict sees the clones.
-    """
-    saved: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
-    for module in modules:
-        buffers = module._buffers
-        if buffers and id(buffers) not in saved:
-            saved[id(buffers)] = (buffers, dict(buffers))
-            for name, tensor in buffers.items():
-                if tensor is not None:
-                    buffers[name] = tensor.detach().clone()
-    try:
-        yield
-    finally:
-        for buffers, originals in saved.values():
-            buffers.update(originals)
-
-
 def _replacement_hook(checks: list[ReplacementCheck]):
     def hook(module: Any, inputs: tuple[Any, ...], output: Any) -> None:  # an ExactAdaptivePool or a WindowArgmaxPool
         family, out_sizes = module.fxpool_native_reference
@@ -272,7 +243,7 @@ def _replacement_hook(checks: list[ReplacementCheck]):
         try:
             expected = native_pool_function(family, dims)(x, sizes)
         except Exception:  # the replacement was built for another input than it gets: it is wrong
-            checks.append(ReplacementCheck(module.location, float("inf"), 0.0))
+            checks.append(_exact_check(module.location, False))
             return
         outputs = [output]
         if getattr(module, "runs_native_in_eager", False):  # prove the forms exporters will see as well
@@ -281,16 +252,10 @@ def _replacement_hook(checks: list[ReplacementCheck]):
                 if getattr(getattr(module, "plan", None), "onnx_steps", ()):  # and ONNX export's own
                     outputs.append(module.onnx_form(x))
             except Exception:
-                checks.append(ReplacementCheck(module.location, float("inf"), 0.0))
+                checks.append(_exact_check(module.location, False))
                 return
         if family == "max":
-            same = all(
-                o.shape == expected.shape
-                and torch.equal(o.isnan(), expected.isnan())
-                and bool((o.nan_to_num() == expected.nan_to_num()).all())
-                for o in outputs
-            )
-            checks.append(ReplacementCheck(module.location, 0.0 if same else float("inf"), 0.0))
+            checks.append(_exact_check(module.location, all(_bit_equal(o, expected) for o in outputs)))
             return
         errors = [_tensor_error(o, expected) for o in outputs]
         checks.append(ReplacementCheck(module.location, max(e for e, _ in errors), errors[0][1]))
@@ -304,16 +269,23 @@ def _indices_check(module: Any, x: Any, output: Any, out_sizes: tuple[int | None
         expected = native_pool_function("max", len(out_sizes))(x, list(out_sizes), return_indices=True)
         outputs = [output, module.traced_form(x)]
     except Exception:
-        return ReplacementCheck(module.location, float("inf"), 0.0)
+        return _exact_check(module.location, False)
     same = all(
-        isinstance(o, tuple)
-        and len(o) == 2
-        and torch.equal(o[1], expected[1])
-        and torch.equal(o[0].isnan(), expected[0].isnan())
-        and bool((o[0].nan_to_num() == expected[0].nan_to_num()).all())
-        for o in outputs
+        isinstance(o, tuple) and len(o) == 2 and torch.equal(o[1], expected[1]) and _bit_equal(o[0], expected[0]) for o in outputs
     )
-    return ReplacementCheck(module.location, 0.0 if same else float("inf"), 0.0)
+    return _exact_check(module.location, same)
+
+
+def _bit_equal(ours: torch.Tensor, theirs: torch.Tensor) -> bool:
+    """Same shape, NaN in the same places, every other value equal."""
+    if ours.shape != theirs.shape or not torch.equal(ours.isnan(), theirs.isnan()):
+        return False
+    return bool((ours.nan_to_num() == theirs.nan_to_num()).all())
+
+
+def _exact_check(location: str, same: bool) -> ReplacementCheck:
+    """The check of a replacement that must be bit-equal (or that failed to run: ``same`` False)."""
+    return ReplacementCheck(location, 0.0 if same else float("inf"), 0.0)
 
 
 def compare_outputs(ours: Any, theirs: Any) -> tuple[str | None, float, float]:

@@ -330,7 +330,7 @@ def _pipeline(model: nn.Module, example: Example, dynamic: bool, front: FrontEnd
             unrun = _unrun(decisions, check) if built.changed and check.status == "passed" else ()
             if unrun and undo.learn_unrun(unrun):
                 continue  # a replacement the example never reached: PyTorch's pool ran in its place
-            result = _Round(found, decisions, built.root, check.with_actions(applied))
+            result = _Round(found, decisions, built.root, replace(check, actions=applied))
             first = first or result
             if result.check.status != "failed":
                 break

@@ -18,11 +18,9 @@ forked (the self-check's rules).
 from __future__ import annotations
 
 import contextlib
-import io
 import warnings
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -31,10 +29,9 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .calls import ATEN_FORMS
-from .checking import buffers_cloned
-from .copying import tree_modules
+from .checking import isolated_run
 from .errors import error_summary
-from .example import Example, example_run
+from .example import Example
 from .globalstate import export_flag
 from .report import ConversionReport, PoolRecord
 from .sizechecks import traced_forms
@@ -82,18 +79,15 @@ def traced_pools(model: nn.Module, example: Example) -> TracedPools:
 
 
 @contextlib.contextmanager
-def _side_effect_free(model: nn.Module, example: Example) -> Iterator[None]:
-    with ExitStack() as stack:
-        stack.enter_context(buffers_cloned(tree_modules(model)))
-        stack.enter_context(example_run(example))
-        stack.enter_context(contextlib.redirect_stderr(io.StringIO()))  # a failing GraphModule prints its code
-        stack.enter_context(warnings.catch_warnings())
-        warnings.simplefilter("ignore")  # the tracer's TracerWarnings are about the model, not for the user here
+def _traced_run(model: nn.Module, example: Example) -> Iterator[None]:
+    """The check's isolated run, with the export flag up and the tracers' warnings (about the model) held back."""
+    with isolated_run(model, example), export_flag(True), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         yield
 
 
 def _jit_pools(model: nn.Module, example: Example) -> tuple[NativePool, ...]:
-    with _side_effect_free(model, example), export_flag(True):
+    with _traced_run(model, example):
         traced = torch.jit.trace(
             model,
             example.args if example.args else (),
@@ -159,7 +153,7 @@ class _RecordPools(TorchDispatchMode):
 
 def _dispatched_pools(model: nn.Module, example: Example) -> tuple[NativePool, ...]:
     recorder = _RecordPools()
-    with _side_effect_free(model, example), export_flag(True), traced_forms(), recorder:
+    with _traced_run(model, example), traced_forms(), recorder:
         example.call(model)
     return tuple(recorder.found)
 
