@@ -1,27 +1,8 @@
-"""``convert`` and ``explain``: find every adaptive pool of a model, replace it exactly, and check.
+"""``convert`` and ``explain``: the one pipeline (record, find, decide, build, check, undo, prove).
 
-The conversion is a short pipeline, each stage a function of the previous one's data:
-
-0. :func:`~fxpool.recording.record_pool_calls` runs the model once, without side effects, and
-   records every pool call with its input and output sizes, and the model's output (twice where
-   the model asks ``torch.onnx.is_in_onnx_export()``: once per answer);
-1. **find** (:func:`~fxpool.finding.find_pools`): on a copy of the module tree over the same
-   tensors (:func:`~fxpool.copying.structural_copy`), every pool call site: pool modules by object,
-   functional calls by the module whose forward makes them (intercepted at run time, no trace);
-2. **decide** (:func:`~fxpool.deciding.decide`): the one decision per site (:mod:`fxpool.guards`), and its record;
-3. **build** (:func:`~fxpool.building.build`): the replacement modules, put in place;
-4. **check** (:func:`~fxpool.checking.self_check`): the result run once on the example, each
-   replacement against the native pool on its own input, the whole model against the recording.
-   What disagrees is undone (:class:`_Undo`: a replacement) and the pipeline runs again from a
-   fresh copy.
-
-Every decision becomes a :class:`~fxpool.report.PoolRecord`; the check is in the report too. Then the
-claims are proven (:mod:`fxpool.proving`): what a tracer sees of the result.
-
-Copy, find and build are the front end's (:class:`FrontEnd`): the module tree's above, or, for a
-``torch.export`` program and an ATen-level ``GraphModule``, :mod:`fxpool.programs`' (a graph copy, one
-site per ATen pool node, the replacements called in the nodes' place); a program is then exported again
-and proven by the finder read over its new graph. Record, decide, check and undo are the same for both.
+Copy, find and build belong to the front end (:class:`FrontEnd`): the module tree's, or
+:mod:`fxpool.programs`' for ATen-level graphs and ``torch.export`` programs; record, decide, check and
+undo are shared. What the self-check refuses is undone and the pipeline runs again on a fresh copy.
 """
 
 from __future__ import annotations
@@ -263,8 +244,7 @@ class _Round:
     check: SelfCheck
 
     def report(self) -> ConversionReport:
-        records = tuple(d.record for d in self.decisions if d.record is not None)
-        return ConversionReport(records, self.found.intercepted, check=self.check)
+        return ConversionReport(tuple(d.record for d in self.decisions), self.found.intercepted, check=self.check)
 
 
 @dataclass(frozen=True)
@@ -325,8 +305,11 @@ def _pipeline(model: nn.Module, example: Example, dynamic: bool, front: FrontEnd
             found = front.find(work, recording)
             decisions = tuple(decide(site, dynamic=dynamic, undone=undo.replacements.get(site.location)) for site in found.sites)
             built = front.put_in_place(work, found, decisions, fallback_device)
-            again = any(site.already is not None for site in found.sites)
-            check = _check(built.root, example, recording) if built.changed else _unchanged_check(bool(applied), again)
+            if built.changed:
+                export = recording.export_branch
+                check = self_check(built.root, example, recording.output, None if export is None else export.output)
+            else:
+                check = _unchanged_check(bool(applied), any(site.already is not None for site in found.sites))
             unrun = _unrun(decisions, check) if built.changed and check.status == "passed" else ()
             if unrun and undo.learn_unrun(unrun):
                 continue  # a replacement the example never reached: PyTorch's pool ran in its place
@@ -337,23 +320,20 @@ def _pipeline(model: nn.Module, example: Example, dynamic: bool, front: FrontEnd
             if not result.check.failed_replacements:
                 noise = noise or rounding_noise(model, example, recording.output)
                 if not noise.deterministic:
-                    result = _Round(first.found, first.decisions, first.converted, _inconclusive(first.check))
+                    result = replace(first, check=_inconclusive(first.check))
                     break
                 accepted = result.check.within_noise(noise)
                 if accepted is not None:  # the model's own rounding (TF32 downstream, say), not the conversion
-                    result = _Round(result.found, result.decisions, result.converted, accepted)
+                    result = replace(result, check=accepted)
                     break
-            if not undo.learn(result.check, result):
+            if not undo.learn(result):
                 break  # nothing left to undo: the last conversion stands, its check says failed
     return result.converted, result.report(), recording.output
 
 
 def _is_compiled(model: nn.Module) -> bool:
-    """``model`` is a ``torch.compile`` wrapper (``OptimizedModule``).
-
-    Only a process that compiled something holds one, and it has imported ``torch._dynamo`` then; asking
-    ``torch._dynamo`` directly would import it, 1-2 s of a fresh process's first conversion.
-    """
+    """``model`` is a ``torch.compile`` wrapper (``OptimizedModule``). Only a process that has imported
+    ``torch._dynamo`` holds one; importing it here would cost a fresh process's first conversion 1-2 s."""
     eval_frame = sys.modules.get("torch._dynamo.eval_frame")
     return eval_frame is not None and isinstance(model, eval_frame.OptimizedModule)
 
@@ -364,12 +344,7 @@ def _unrun(decisions: tuple[SiteDecision, ...], check: SelfCheck) -> tuple[str, 
     return tuple(d.site.location for d in decisions if d.replaced and not d.site.export_branch and d.site.location not in ran)
 
 
-def _check(converted: nn.Module, example: Example, recording: Recording) -> SelfCheck:
-    export = recording.export_branch
-    return self_check(converted, example, recording.output, None if export is None else export.output)
-
-
-def _unchanged_check(undone: bool = False, converted_before: bool = False) -> SelfCheck:
+def _unchanged_check(undone: bool, converted_before: bool) -> SelfCheck:
     if undone:
         return SelfCheck(
             "skipped",
@@ -382,15 +357,11 @@ def _unchanged_check(undone: bool = False, converted_before: bool = False) -> Se
 
 
 def _inconclusive(check: SelfCheck) -> SelfCheck:
-    return SelfCheck(
-        "inconclusive",
-        check.compared,
-        check.output_error,
-        check.output_tolerance,
-        check.replacements,
-        (check.mismatch or "") + "; the original itself gives other outputs on a second run of the "
-        "example (it is not deterministic), so the comparison cannot decide",
+    mismatch = (check.mismatch or "") + (
+        "; the original itself gives other outputs on a second run of the example (it is not deterministic), "
+        "so the comparison cannot decide"
     )
+    return replace(check, status="inconclusive", mismatch=mismatch, actions=())
 
 
 def _fallback_device(model: nn.Module) -> torch.device:
@@ -408,37 +379,39 @@ class _Undo:
     replacements: dict[str, str] = field(default_factory=dict)
     actions: list[str] = field(default_factory=list)
 
+    def _undo(self, location: str, why: str) -> None:
+        self.replacements[location] = why
+        self.actions.append(f"{location}: {why}")
+
     def learn_unrun(self, locations: tuple[str, ...]) -> bool:
         """Undo replacements the example never reached; False where they were undone already."""
         fresh = [location for location in locations if location not in self.replacements]
-        why = (
-            "self-check: the example's run never reached this replacement (PyTorch's pool ran in its place), "
-            "so it was undone; please report this model"
-        )
         for location in fresh:
-            self.replacements[location] = why
-            self.actions.append(f"{location}: {why}")
+            self._undo(
+                location,
+                "self-check: the example's run never reached this replacement (PyTorch's pool ran in its place), "
+                "so it was undone; please report this model",
+            )
         return bool(fresh)
 
-    def learn(self, check: SelfCheck, result: _Round) -> bool:
+    def learn(self, result: _Round) -> bool:
         """Record what to undo after a failed check; False when nothing is left to undo."""
+        check = result.check
+        for failed in check.failed_replacements:
+            self._undo(
+                failed.location,
+                f"self-check: this replacement differed from the native pool by {failed.max_error:.3g} "
+                f"(allowed {failed.tolerance:.3g}), so it was undone",
+            )
         if check.failed_replacements:
-            for failed in check.failed_replacements:
-                why = (
-                    f"self-check: this replacement differed from the native pool by {failed.max_error:.3g} "
-                    f"(allowed {failed.tolerance:.3g}), so it was undone"
-                )
-                self.replacements[failed.location] = why
-                self.actions.append(f"{failed.location}: {why}")
             return True
         # Nothing pins the mismatch down: undo every replacement left, so that what is returned
         # is the original's function rather than a conversion known to differ.
         left = [d.site.location for d in result.decisions if d.replaced and d.site.location not in self.replacements]
         for location in left:
-            why = (
+            self._undo(
+                location,
                 f"self-check: the converted model differed from the original ({check.mismatch}) and no "
-                f"single replacement could be blamed, so every replacement was undone"
+                f"single replacement could be blamed, so every replacement was undone",
             )
-            self.replacements[location] = why
-            self.actions.append(f"{location}: {why}")
         return bool(left)
