@@ -97,7 +97,7 @@ def _jit_pools(model: nn.Module, example: Example) -> tuple[NativePool, ...]:
         )
     graph = traced.inlined_graph
     found = []
-    for node in _nodes(graph.nodes()):
+    for node in jit_nodes(graph.nodes()):
         form = _JIT_KINDS.get(node.kind())
         if form is None:
             continue
@@ -110,11 +110,12 @@ def _jit_pools(model: nn.Module, example: Example) -> tuple[NativePool, ...]:
     return tuple(found)
 
 
-def _nodes(nodes: Any) -> Iterator[Any]:
+def jit_nodes(nodes: Any) -> Iterator[Any]:
+    """TorchScript graph nodes, those inside if/loop blocks too."""
     for node in nodes:
         yield node
         for block in node.blocks():
-            yield from _nodes(block.nodes())
+            yield from jit_nodes(block.nodes())
 
 
 def _scope(scope_name: str) -> str:
