@@ -1,16 +1,9 @@
 """Build: each replaced pool's module, put in its place in the copy.
 
-:func:`build` makes the module every decision asks for (:func:`replacement_module`: an
-:class:`~fxpool.replacements.ExactAdaptivePool` of the plan, or the dynamic-size form) and puts it in
-place:
-
-- a pool module is swapped wherever the tree holds it (:func:`~fxpool.copying.substitute`), the root
-  included, and its replacement takes its hooks; called at several sizes, it is swapped for a
-  :class:`~fxpool.intercepting.PoolCalls` table of one replacement per size (which takes the hooks);
-- the functional calls of a module's forward go into a table of that module, and its forward is
-  intercepted (:func:`~fxpool.intercepting.intercept`): no trace, its code runs as it is.
-
-It returns the converted root and whether anything changed.
+A pool module is swapped wherever the tree holds it (the root included) and its replacement takes its
+hooks; called at several sizes, it becomes a :class:`~fxpool.intercepting.PoolCalls` table of one
+replacement per size. A module's functional calls go into a table of that module, whose forward is
+intercepted (:func:`~fxpool.intercepting.intercept`): no trace, its code runs as it is.
 """
 
 from __future__ import annotations
@@ -21,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .copying import carry_hooks, substitute
+from .copying import CALL_HOOK_DICTS, carry_hooks, substitute
 from .deciding import SiteDecision, requested_sizes
 from .dynamic import DynamicAdaptiveAvgPool, DynamicAdaptiveMaxPool
 from .finding import FoundPools
@@ -87,16 +80,15 @@ def replacement_module(chosen: SiteDecision, event: PoolEvent, fallback_device: 
     decision, location = chosen.decision, chosen.site.location
     plan = decision.plan
     assert plan is not None and decision.action != "left"
+    device = fallback_device if event.device.type == "meta" else event.device
     if decision.action == "dynamic":
         sizes = requested_sizes(chosen.site.call, event, location) or event.output_shape[-event.spatial_dims :]
         pool_class = DynamicAdaptiveAvgPool if plan.family == "avg" else DynamicAdaptiveMaxPool
         assert decision.dynamic_form is not None
         replacement: nn.Module = pool_class(sizes, location=location, kind=decision.dynamic_form.kind)
     elif decision.returns_indices:
-        device = fallback_device if event.device.type == "meta" else event.device
         replacement = WindowArgmaxPool(plan.in_sizes, plan.out_sizes, location, device)
     else:
-        device = fallback_device if event.device.type == "meta" else event.device
         weight_dtype = torch.float64 if event.dtype == torch.float64 else torch.float32
         batched = len(event.input_shape) == event.spatial_dims + 2
         replacement = ExactAdaptivePool(plan, location, weight_dtype, device, batched=batched)
@@ -108,6 +100,6 @@ def _native_copy(pool: nn.Module) -> nn.Module:
     """A hook-free copy of a pool module, for the sizes of it left to PyTorch inside a table."""
     copy = type(pool).__new__(type(pool))
     copy.__dict__.update(pool.__dict__)
-    for name in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"):
+    for name in CALL_HOOK_DICTS:
         copy.__dict__[name] = type(pool.__dict__[name])()
     return copy
