@@ -1,18 +1,10 @@
-"""What a tracer sees of a converted model: the native adaptive pool operators left in it.
+"""The proof: the native adaptive pool operators a tracer still sees in a converted model.
 
-``convert`` claims a model "stands alone" (plain ``torch.onnx.export``/``torch.export`` of it give the
-exact graph) from what a tracer saw, not from what it meant to do. :func:`traced_pools` traces the
-converted model once on the example the way the TorchScript ONNX exporter does — ``torch.jit.trace``
-with ``torch.onnx.is_in_onnx_export()`` true, the strictest of the tracers: sizes a forward reads off
-its input are traced values there — and lists every adaptive pool operator of the graph
-(``aten::adaptive_avg_pool2d``, ``aten::_adaptive_avg_pool3d``, ``aten::adaptive_max_pool1d``...),
-whatever spelling made it: a module, ``F.*``, ``torch.ops.aten.*``, ``interpolate(mode="area")``.
-Where the TorchScript tracer cannot trace the model (outputs it cannot hold, say), the model runs once
-under a ``TorchDispatchMode`` that sees every ATen operator — what ``torch.export`` and the dynamo
-exporter record — with the replacements in their traced forms. The result names the tracer.
-
-Nothing of the caller's changes: buffers are cloned for the run, no gradients, the random generators
-forked (the self-check's rules).
+"Stands alone" rests on what a tracer saw, not on what fxpool meant to do. The tracer is the strictest:
+``torch.jit.trace`` with ``torch.onnx.is_in_onnx_export()`` true, as the TorchScript exporter traces
+(sizes a forward reads off its input are traced values there); where it cannot trace the model, one run
+under a ``TorchDispatchMode`` that sees the ATen operators ``torch.export`` records, with the
+replacements in their traced forms. Both run under the self-check's isolation.
 """
 
 from __future__ import annotations
@@ -38,8 +30,9 @@ from .sizechecks import traced_forms
 
 JIT_TRACER = "torch.jit.trace (tracing as the TorchScript ONNX exporter does)"
 DISPATCH_TRACER = "an ATen dispatch run (the operators torch.export records)"
-# The ATen names of the adaptive pools, as TorchScript graphs spell their node kinds.
-_JIT_KINDS = {f"aten::{str(op).split('.')[1]}": form for op, form in ATEN_FORMS.items()}
+# The ATen names of the adaptive pools, as TorchScript graphs spell their node kinds, by operator.
+_KINDS = {op: f"aten::{str(op).split('.')[1]}" for op in ATEN_FORMS}
+_JIT_KINDS = {kind: ATEN_FORMS[op] for op, kind in _KINDS.items()}
 
 
 @dataclass(frozen=True)
@@ -63,11 +56,8 @@ class TracedPools:
 
 
 def traced_pools(model: nn.Module, example: Example) -> TracedPools:
-    """Trace ``model`` on ``example`` and list the native adaptive pool operators in what the tracer saw.
-
-    ``tracer`` is "" where neither tracer could run the model (one that raises under the export flag, as
-    its original does): nothing was proven then.
-    """
+    """The native adaptive pool operators a tracer sees in ``model`` run on ``example``; ``tracer`` is "" where
+    neither could run it (one that raises under the export flag, as its original does): nothing was proven then."""
     try:
         return TracedPools(JIT_TRACER, _jit_pools(model, example))
     except Exception as error:  # the tracer's limits (dict outputs with strings, data-dependent code...)
@@ -88,16 +78,10 @@ def _traced_run(model: nn.Module, example: Example) -> Iterator[None]:
 
 def _jit_pools(model: nn.Module, example: Example) -> tuple[NativePool, ...]:
     with _traced_run(model, example):
-        traced = torch.jit.trace(
-            model,
-            example.args if example.args else (),
-            strict=False,
-            check_trace=False,
-            example_kwarg_inputs=dict(example.kwargs) or None,
-        )
-    graph = traced.inlined_graph
+        kwargs = dict(example.kwargs) or None
+        traced = torch.jit.trace(model, example.args, strict=False, check_trace=False, example_kwarg_inputs=kwargs)
     found = []
-    for node in jit_nodes(graph.nodes()):
+    for node in jit_nodes(traced.inlined_graph.nodes()):
         form = _JIT_KINDS.get(node.kind())
         if form is None:
             continue
@@ -140,15 +124,8 @@ class _RecordPools(TorchDispatchMode):
         if form is not None:
             x = args[0] if args else None
             values = result[0] if isinstance(result, tuple) else result
-            self.found.append(
-                NativePool(
-                    f"aten::{str(func).split('.')[1]}",
-                    form.family,
-                    "",
-                    tuple(x.shape) if isinstance(x, torch.Tensor) else None,
-                    tuple(values.shape) if isinstance(values, torch.Tensor) else None,
-                )
-            )
+            in_shape, out_shape = (tuple(t.shape) if isinstance(t, torch.Tensor) else None for t in (x, values))
+            self.found.append(NativePool(_KINDS[func], form.family, "", in_shape, out_shape))
         return result
 
 
