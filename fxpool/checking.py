@@ -95,11 +95,8 @@ class SelfCheck:
         return "; ".join(parts) + "".join(f"\n  undone: {action}" for action in self.actions)
 
     def within_noise(self, noise: Noise) -> SelfCheck | None:
-        """This check passed where its outputs differ by no more than the original's own rounding noise, else None.
-
-        Only a numeric difference qualifies (not another structure or shape), and only where every
-        replacement agreed with its native pool.
-        """
+        """This check passed where its outputs differ by no more than the original's own rounding noise, else None;
+        only a numeric difference qualifies (not another structure or shape), and only where every replacement agreed."""
         error = self.output_error
         if self.status != "failed" or self.failed_replacements or error is None or error == float("inf"):
             return None
@@ -120,16 +117,10 @@ class Noise:
 def rounding_noise(model: nn.Module, example: Example, reference: Any) -> Noise:
     """The original (a copy, buffers cloned) run twice more against ``reference``: as it is, and with every
     adaptive pool's output nudged (alternating signs, a fixed pattern)."""
-    mismatch, _, _ = _run_against(model, example, reference, nudge=False)
-    _, nudged, _ = _run_against(model, example, reference, nudge=True)
-    return Noise(mismatch is None, nudged)
-
-
-def _run_against(model: nn.Module, example: Example, reference: Any, nudge: bool) -> tuple[str | None, float, float]:
-    output, raised = _run(structural_copy(model), example, _PoolOutputsNudged() if nudge else contextlib.nullcontext())
-    if raised is not None:
-        return raised, float("inf"), 0.0
-    return compare_outputs(output, reference)
+    again, raised = _run(structural_copy(model), example, contextlib.nullcontext())
+    nudged, raised_nudged = _run(structural_copy(model), example, _PoolOutputsNudged())
+    deterministic = raised is None and compare_outputs(again, reference)[0] is None
+    return Noise(deterministic, float("inf") if raised_nudged is not None else compare_outputs(nudged, reference)[1])
 
 
 def _run(model: nn.Module, example: Example, mode: contextlib.AbstractContextManager[Any]) -> tuple[Any, str | None]:
@@ -298,11 +289,8 @@ def compare_outputs(ours: Any, theirs: Any) -> tuple[str | None, float, float]:
     for index, (a, b) in enumerate(zip(our_leaves, their_leaves)):
         if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
             if a.shape != b.shape or a.dtype != b.dtype:
-                return (
-                    (f"output {index} is {a.dtype} {tuple(a.shape)} but the original gives {b.dtype} {tuple(b.shape)}"),
-                    float("inf"),
-                    0.0,
-                )
+                why = f"output {index} is {a.dtype} {tuple(a.shape)} but the original gives {b.dtype} {tuple(b.shape)}"
+                return why, float("inf"), 0.0
             error, bound = _tensor_error(a, b)
             if error > bound:
                 return f"output {index} differs by {error:.3g} (allowed {bound:.3g})", error, bound

@@ -20,21 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
-# Every per-module hook dict of nn.Module, forward and backward, state-dict hooks included.
-HOOK_DICTS = (
-    "_forward_hooks",
-    "_forward_hooks_with_kwargs",
-    "_forward_hooks_always_called",
-    "_forward_pre_hooks",
-    "_forward_pre_hooks_with_kwargs",
-    "_backward_hooks",
-    "_backward_pre_hooks",
-    "_is_full_backward_hook",
-    "_state_dict_hooks",
-    "_state_dict_pre_hooks",
-    "_load_state_dict_pre_hooks",
-    "_load_state_dict_post_hooks",
-)
+# Every per-module hook attribute of nn.Module, forward and backward, state-dict hooks included.
+HOOK_DICTS = tuple(name for name in vars(nn.Module()) if "hook" in name)
 # The hooks that change what a call computes or observes (state-dict hooks do not).
 CALL_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 
@@ -53,13 +40,10 @@ def structural_copy(module: nn.Module, *, clone_buffers: bool = False) -> nn.Mod
 
 
 def shallow_module_copy(module: nn.Module) -> nn.Module:
-    """A new object of the module's class with the same attribute values.
-
-    ``copy.copy`` goes through ``__reduce_ex__``, which parametrized modules (weight_norm,
-    spectral_norm, ``torch.nn.utils.parametrize``) refuse; only classes with their own ``__copy__``
-    use it (GraphModule builds its generated class anew there), and even then every attribute —
-    hooks and plain attributes, which GraphModule's ``__copy__`` drops — is carried over.
-    """
+    """A new object of the module's class with the same attribute values. Not ``copy.copy``, whose ``__reduce_ex__``
+    parametrized modules (weight_norm, ``torch.nn.utils.parametrize``) refuse, except for classes with their own
+    ``__copy__`` (GraphModule builds its generated class anew there), and then every attribute is carried over
+    too: GraphModule's ``__copy__`` drops hooks and plain attributes."""
     cls = type(module)
     if getattr(cls, "__copy__", None) is not None:
         graph = getattr(module, "graph", None)
