@@ -105,12 +105,16 @@ MODULE_FORMS: tuple[tuple[type[nn.Module], PoolFamily, int], ...] = (
 POOL_CLASS_NAMES = frozenset(cls.__name__ for cls, _, _ in MODULE_FORMS)
 
 
+def _lookup(table: dict[Any, _FunctionForm], target: Any) -> _FunctionForm | None:
+    try:
+        return table.get(target)
+    except TypeError:  # unhashable
+        return None
+
+
 def is_aten_pool(target: Any) -> bool:
     """True for the ATen operator of an adaptive pool (a graph node's ``target``)."""
-    try:
-        return target in ATEN_FORMS
-    except TypeError:  # unhashable
-        return False
+    return _lookup(ATEN_FORMS, target) is not None
 
 
 def describe_aten(target: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[PoolCall, Any] | None:
@@ -120,9 +124,9 @@ def describe_aten(target: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> t
     ``dynamic_output_size``. ``return_indices`` is left ``False``: the max operators always return
     ``(values, indices)``, and whether the graph uses the indices is the graph's to say.
     """
-    if not is_aten_pool(target):
+    form = _lookup(ATEN_FORMS, target)
+    if form is None:
         return None
-    form = ATEN_FORMS[target]
     dims = form.spatial_dims
     assert dims is not None
     values = {**dict(zip(("input", "output_size"), args)), **kwargs}
@@ -139,10 +143,7 @@ def aten_returns_indices(target: Any) -> bool:
 
 def is_pool_function(func: Any) -> bool:
     """True for every function spelling of an adaptive pool (interpolate counts; check its mode)."""
-    try:
-        return func in FUNCTION_FORMS
-    except TypeError:  # unhashable
-        return False
+    return _lookup(FUNCTION_FORMS, func) is not None
 
 
 def normalize_output_size(output_size: Any, spatial_dims: int, where: str) -> tuple[int | None, ...]:
@@ -161,11 +162,9 @@ def normalize_output_size(output_size: Any, spatial_dims: int, where: str) -> tu
             f"{spatial_dims} spatial axes; give one size per axis"
         )
     for size in sizes:
-        if size is None:
-            continue
-        if not isinstance(size, int) or isinstance(size, bool):
+        if size is not None and not _is_int(size):
             raise PoolCallError(f"{where}: output_size entries must be ints or None, got {output_size!r}")
-        if size < 0:
+        if size is not None and size < 0:
             raise PoolCallError(f"{where}: output_size {output_size!r} has a negative entry; sizes must be >= 0")
     return sizes
 
@@ -205,9 +204,9 @@ def _as_tuple(size: Any) -> tuple[int | None, ...]:
 def describe_function(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[PoolCall, Any] | None:
     """The pool call ``func(*args, **kwargs)`` makes and its input, or ``None`` if it is no pool; a size that is
     not a constant is reported as ``dynamic_output_size``."""
-    if not is_pool_function(func):
+    form = _lookup(FUNCTION_FORMS, func)
+    if form is None:
         return None
-    form = FUNCTION_FORMS[func]
     values = _bind(form, args, kwargs)
     if form.spatial_dims is None:
         if values.get("mode") != "area":
@@ -260,9 +259,11 @@ def _traced_ints(size: Any) -> Any:
     return concrete(size)
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _is_constant_size(size: Any) -> bool:
-    if size is None or (isinstance(size, int) and not isinstance(size, bool)):
-        return True
     if isinstance(size, (tuple, list, torch.Size)):
-        return all(s is None or (isinstance(s, int) and not isinstance(s, bool)) for s in size)
-    return False
+        return all(s is None or _is_int(s) for s in size)
+    return size is None or _is_int(size)
