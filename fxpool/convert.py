@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import itertools
 import logging
 import sys
 import warnings
@@ -177,10 +178,8 @@ def warn_left(report: ConversionReport, *, for_export: bool, stacklevel: int = 3
 
 def _log_decisions(report: ConversionReport) -> None:
     for record in report.records:
-        if record.converted:
-            log.debug("%s (%s): %s, because %s", record.location, record.op, record.replacement, record.reason)
-        else:
-            log.debug("%s (%s): left to PyTorch, because %s", record.location, record.op, record.reason)
+        what = record.replacement if record.converted else "left to PyTorch"
+        log.debug("%s (%s): %s, because %s", record.location, record.op, what, record.reason)
     check = "not run" if report.check is None else report.check.status
     log.info("converted %d of %d adaptive pool(s); self-check %s", len(report.converted), len(report.records), check)
 
@@ -366,10 +365,8 @@ def _inconclusive(check: SelfCheck) -> SelfCheck:
 
 def _fallback_device(model: nn.Module) -> torch.device:
     """Where replacement constants go when the example is on the meta device: beside the weights."""
-    for tensor in list(model.parameters()) + list(model.buffers()):
-        if tensor.device.type != "meta":
-            return tensor.device
-    return torch.device("cpu")
+    devices = (t.device for t in itertools.chain(model.parameters(), model.buffers()) if t.device.type != "meta")
+    return next(devices, torch.device("cpu"))
 
 
 @dataclass

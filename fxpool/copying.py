@@ -68,38 +68,25 @@ def _copy(module: nn.Module, clone_buffers: bool, memo: dict[int, nn.Module]) ->
     new = shallow_module_copy(module)
     memo[id(module)] = new
     state = new.__dict__  # written directly: nn.Module.__setattr__ is slow, and nothing here needs it
+
+    def copied(held: nn.Module) -> nn.Module:
+        return _copy(held, clone_buffers, memo)
+
     for name, value in state.items():
-        if _runs_for_modules(value):
-            state[name] = _rebound(value, lambda held: _copy(held, clone_buffers, memo))
-            continue
-        if name in _MACHINERY or not isinstance(value, (nn.Module, list, tuple, dict)):
+        if isinstance(value, types.MethodType) and isinstance(value.__self__, nn.Module):
+            state[name] = types.MethodType(value.__func__, copied(value.__self__))  # bound to the module's copy
+        elif not isinstance(value, (nn.Module, type, types.MethodType)) and callable(getattr(value, "map_modules", None)):
+            state[name] = value.map_modules(copied)  # an object that runs for modules it names makes its own copy
+        elif name in _MACHINERY or not isinstance(value, (nn.Module, list, tuple, dict)):
             # Hook dicts, the buffer-name set and friends would otherwise be shared with the original.
             if isinstance(value, (dict, set, list)):
                 state[name] = value.copy()
-            continue
-        state[name] = _map_modules(value, lambda held: _copy(held, clone_buffers, memo), 0)
-    state["_modules"] = {
-        name: None if child is None else _copy(child, clone_buffers, memo) for name, child in module._modules.items()
-    }
+        else:
+            state[name] = _map_modules(value, copied, 0)
+    state["_modules"] = {name: None if child is None else copied(child) for name, child in module._modules.items()}
     if clone_buffers:
         state["_buffers"] = {name: None if b is None else b.detach().clone() for name, b in module._buffers.items()}
     return new
-
-
-def _runs_for_modules(value: object) -> bool:
-    """A method bound to a module, or an object that runs for modules it names (``map_modules``)."""
-    if isinstance(value, types.MethodType):
-        return isinstance(value.__self__, nn.Module)
-    return not isinstance(value, (nn.Module, type)) and callable(getattr(value, "map_modules", None))
-
-
-def _rebound(value: Any, fn: Callable[[nn.Module], nn.Module]) -> Any:
-    """``value`` for the copy: a bound method bound to its module's copy, or the object's own copy."""
-    if isinstance(value, types.MethodType):
-        owner = value.__self__
-        assert isinstance(owner, nn.Module)
-        return types.MethodType(value.__func__, fn(owner))
-    return value.map_modules(fn)
 
 
 def _map_modules(value: Any, fn: Callable[[nn.Module], nn.Module], depth: int) -> Any:

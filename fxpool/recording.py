@@ -149,7 +149,7 @@ def _record(model: nn.Module, example: Example, export: bool) -> Recording:
         flag = cleanup.enter_context(export_flag(export))
         cleanup.enter_context(PoolCallRecorder())
         try:
-            recording.output = tree_map(_detached, example.call(probe))
+            recording.output = tree_map(lambda v: v.detach() if isinstance(v, torch.Tensor) else v, example.call(probe))
         except FxpoolError:
             raise
         except Exception as error:  # the model's own failure, reported with the example's shapes
@@ -178,10 +178,6 @@ def _path_in_context(paths: list[str], caller: str | None) -> str:
     direct = [p for p in paths if p.rpartition(".")[0] == caller]
     below = [p for p in paths if p.startswith(prefix)]
     return (direct or below or paths)[0]
-
-
-def _detached(value: Any) -> Any:
-    return value.detach() if isinstance(value, torch.Tensor) else value
 
 
 def _validate_input(call: PoolCall, value: Any, where: str | None) -> None:
