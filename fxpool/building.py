@@ -1,9 +1,8 @@
 """Build: each replaced pool's module, put in its place in the copy.
 
-A pool module is swapped wherever the tree holds it (the root included) and its replacement takes its
-hooks; called at several sizes, it becomes a :class:`~fxpool.intercepting.PoolCalls` table of one
-replacement per size. A module's functional calls go into a table of that module, whose forward is
-intercepted (:func:`~fxpool.intercepting.intercept`): no trace, its code runs as it is.
+A pool module is swapped wherever the tree holds it, its hooks carried (at several sizes, by a
+:class:`~fxpool.intercepting.PoolCalls` table); a module's functional calls go into its own table, and its
+forward is intercepted (:func:`~fxpool.intercepting.intercept`).
 """
 
 from __future__ import annotations

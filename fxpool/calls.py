@@ -1,10 +1,8 @@
 """Recognising adaptive pool calls in every spelling, and normalising their arguments.
 
-A *pool call* is a module (``nn.AdaptiveAvgPool1d/2d/3d``, ``nn.AdaptiveMaxPool1d/2d/3d``, subclasses
-too, ``nn.Upsample(mode="area")``), a function of :data:`FUNCTION_FORMS` (``F.*``, ``torch.*``,
-``torch._C._nn.*``, the ``*_with_indices`` forms, ``torch.ops.aten.*``, ``F.interpolate(mode="area")``)
-with ``output_size`` as int or tuple, positional or keyword, with ``None`` entries; or, in an ATen-level
-graph, a node calling an operator of :data:`ATEN_FORMS`. Each becomes a :class:`PoolCall`.
+A *pool call* is a module (``nn.AdaptiveAvgPool1d/2d/3d``, ``nn.AdaptiveMaxPool1d/2d/3d`` and subclasses,
+``nn.Upsample(mode="area")``), a function of :data:`FUNCTION_FORMS` with ``output_size`` in any spelling
+(int or tuple, positional or keyword, ``None`` entries), or an ATen operator of :data:`ATEN_FORMS`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""Copies of a module tree that share its tensors, so fxpool can rewire modules without touching them.
+"""Copies of a module tree over the same tensors, so fxpool can rewire modules without touching the caller's.
 
-A copy has new module objects (and new ``_modules``/``_parameters``/``_buffers``/hook dicts) over the
-*same* parameter and buffer tensors (cloned buffers with ``clone_buffers=True``): replacing a submodule
-of the copy never reaches the original. A module is part of the tree wherever its parent holds it:
-registered, or in a plain attribute, list, tuple or dict (transformers' UperNet calls its pyramid
-through such a list). A copy is a copy all through: those references, methods bound to a module of the
-tree and objects with ``map_modules(fn)`` (an intercepted forward) point into the copy, never at the
-original's modules.
+A module is part of the tree wherever its parent holds it: registered, or in a plain attribute, list, tuple
+or dict (transformers' UperNet calls its pyramid through a list). A copy is a copy all through: those
+references, methods bound to a module of the tree, and objects with ``map_modules(fn)`` (an intercepted
+forward) point into the copy, never at the original's modules.
 """
 
 from __future__ import annotations

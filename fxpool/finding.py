@@ -1,10 +1,8 @@
 """Find: every adaptive pool of a model copy, from the recording against its module tree (no trace).
 
-A pool module is one site, swapped wherever the tree holds it (called at several sizes, one per size,
-``name#k``, that building gathers into one table); a functional call is one site per call as written and
-input size in the forward of the module that makes it (``owner:op#k``), which building intercepts. A pool
-inside a TorchScript module stays, with its reason; fxpool's own replacements are already converted; a
-pool only the export branch runs is a site of its own (``@export``). Nothing here decides or changes anything.
+Sites: a pool module (``name``; ``name#k`` per size where called at several), a functional call per call
+as written and input size in its owner's forward (``owner:op#k``), a pool inside TorchScript (left, with
+why), fxpool's own replacements (already converted); ``@export`` ends a pool only the export branch runs.
 """
 
 from __future__ import annotations
@@ -129,7 +127,16 @@ def _same_at_every_size(call: PoolCall) -> bool:
     return call.output_size is not None and all(size in (1, None) for size in call.output_size)
 
 
+_SCRIPTED = (
+    "inside a TorchScript (torch.jit.script) submodule, which fxpool can neither see into nor rewrite; "
+    "script it after converting instead"
+)
+
+
 def _scripted(module: torch.jit.ScriptModule, name: str) -> list[PoolSite]:
+    """Every pool of a TorchScript module, each a site left with the reason, so a scripted pool is never
+    unreported: its pool modules by class, then the functional calls of its inlined graph (which holds the
+    pool modules' calls too, first)."""
     sites = []
     for sub_name, sub in module.named_modules():
         class_name = getattr(sub, "original_name", None)
@@ -141,34 +148,16 @@ def _scripted(module: torch.jit.ScriptModule, name: str) -> list[PoolSite]:
             output_size = normalize_output_size(getattr(sub, "output_size", None), dims, class_name)
         except PoolCallError:
             output_size = None
-        reason = (
-            "inside a TorchScript (torch.jit.script) submodule, which fxpool can neither see into nor rewrite; "
-            "script it after converting instead"
-        )
         call = PoolCall(family, dims, f"nn.{class_name}", "module", output_size)
         location = ".".join(part for part in (name, sub_name) if part) or "<root>"
-        sites.append(PoolSite(location, call, (), left=reason))
-    return sites + _scripted_calls(module, name, len(sites))
-
-
-def _scripted_calls(module: torch.jit.ScriptModule, name: str, pool_modules: int) -> list[PoolSite]:
-    """Functional pool calls in the TorchScript code of ``module`` (its inlined graph holds the pool
-    modules' calls too, found by class above): each a site left with the reason, so a scripted pool is
-    never unreported."""
-    reason = (
-        "a functional call inside a TorchScript (torch.jit.script) submodule, which fxpool can neither see "
-        "into nor rewrite; script it after converting instead"
-    )
+        sites.append(PoolSite(location, call, (), left=_SCRIPTED))
     graph = getattr(module, "inlined_graph", None)
-    if graph is None:
-        return []
-    ops = [n.kind().split("::")[-1] for n in jit_nodes(graph.nodes()) if "adaptive_" in n.kind() and "pool" in n.kind()]
-    sites = []
+    nodes = [] if graph is None else list(jit_nodes(graph.nodes()))
+    ops = [n.kind().split("::")[-1] for n in nodes if "adaptive_" in n.kind() and "pool" in n.kind()]
+    pool_modules = len(sites)
     for index, op in enumerate(ops[pool_modules:]):
-        family: PoolFamily = "max" if "max" in op else "avg"
-        dims = int(op[-2]) if op[-2].isdigit() else 2
-        call = PoolCall(family, dims, f"torch.{op}", "functional", None)
-        sites.append(PoolSite(f"{name or '<root>'}:{op}#{index}", call, (), left=reason))
+        call = PoolCall("max" if "max" in op else "avg", int(op[-2]) if op[-2].isdigit() else 2, f"torch.{op}", "functional", None)
+        sites.append(PoolSite(f"{name or '<root>'}:{op}#{index}", call, (), left=f"a functional call {_SCRIPTED}"))
     return sites
 
 

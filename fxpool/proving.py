@@ -1,10 +1,8 @@
 """The proof: the native adaptive pool operators a tracer still sees in a converted model.
 
-"Stands alone" rests on what a tracer saw, not on what fxpool meant to do. The tracer is the strictest:
-``torch.jit.trace`` with ``torch.onnx.is_in_onnx_export()`` true, as the TorchScript exporter traces
-(sizes a forward reads off its input are traced values there); where it cannot trace the model, one run
-under a ``TorchDispatchMode`` that sees the ATen operators ``torch.export`` records, with the
-replacements in their traced forms. Both run under the self-check's isolation.
+The strictest tracer: ``torch.jit.trace`` with ``torch.onnx.is_in_onnx_export()`` true, as the TorchScript
+exporter traces; where it cannot trace the model, one run under a ``TorchDispatchMode`` that sees the ATen
+operators ``torch.export`` records, the replacements in their traced forms.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """One side-effect-free forward pass that records every adaptive pool call with its sizes.
 
-The model runs on a copy with cloned buffers under :func:`~fxpool.example.example_run`, so the caller's
-parameters, buffers, training flags and random state stay bit-identical. Module hooks (on every module
-of the tree, those held in plain lists too) keep a stack of the modules running; a ``TorchFunctionMode``
-sees every functional pool call, even in code no tracer could follow.
+It runs on a copy with cloned buffers under :func:`~fxpool.example.example_run`. Hooks on every module of
+the tree keep a stack of the modules running; a ``TorchFunctionMode`` sees every functional pool call.
 """
 
 from __future__ import annotations
