@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .copying import CALL_HOOK_DICTS, carry_hooks, substitute
+from .copying import CALL_HOOK_DICTS, carry_hooks, shallow_module_copy, substitute
 from .deciding import SiteDecision, requested_sizes
 from .dynamic import DynamicAdaptiveAvgPool, DynamicAdaptiveMaxPool
 from .finding import FoundPools
@@ -97,8 +97,7 @@ def replacement_module(chosen: SiteDecision, event: PoolEvent, fallback_device: 
 
 def _native_copy(pool: nn.Module) -> nn.Module:
     """A hook-free copy of a pool module, for the sizes of it left to PyTorch inside a table."""
-    copy = type(pool).__new__(type(pool))
-    copy.__dict__.update(pool.__dict__)
+    copy = shallow_module_copy(pool)
     for name in CALL_HOOK_DICTS:
         copy.__dict__[name] = type(pool.__dict__[name])()
     return copy

@@ -210,7 +210,7 @@ def describe_function(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) ->
         if values.get("mode") != "area":
             return None
         size = values.get("size")
-        dynamic = size is not None and not _is_constant_size(size)
+        dynamic = not _is_constant_size(size)
         call = PoolCall(
             "avg", None, form.op, "functional", None if size is None or dynamic else _as_tuple(size), dynamic_output_size=dynamic
         )
@@ -228,8 +228,7 @@ _INTERPOLATE_PARAMS = ("input", "size", "scale_factor", "mode", "align_corners",
 
 def _bind(form: _FunctionForm, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     names = _INTERPOLATE_PARAMS if form.spatial_dims is None else _POOL_PARAMS
-    values = dict(zip(names, args))
-    values.update(kwargs)
+    values = {**dict(zip(names, args)), **kwargs}
     if form.spatial_dims is None:
         values.setdefault("mode", "nearest")
     if "input" not in values and "self" in values:

@@ -130,11 +130,8 @@ def convert(
 
 
 def enforce_strict(report: ConversionReport, *, for_export: bool) -> None:
-    """What ``strict=True`` refuses: pools left to PyTorch, and a self-check that did not pass at once.
-
-    For ``convert`` every pool left to PyTorch counts; for ``export`` and ``onnx_export_hook`` only
-    those the export leaves to the stock exporter (average pools are lowered exactly at export).
-    """
+    """What ``strict=True`` refuses: pools left to PyTorch (``for_export``: those the export leaves to the stock
+    exporter; average pools are lowered exactly there), and a self-check that did not pass at once."""
     left = report.unexportable if for_export else report.unconverted
     if left:
         translated = len(report.unconverted) - len(report.unexportable)
@@ -153,10 +150,7 @@ def enforce_strict(report: ConversionReport, *, for_export: bool) -> None:
 
 
 def warn_left(report: ConversionReport, *, for_export: bool, stacklevel: int = 3) -> None:
-    """Warn (`UnconvertedPoolWarning`) where a non-strict call leaves pools or the self-check undid replacements.
-
-    Where ``strict=True`` raises (`enforce_strict`), a non-strict call says the same as a warning.
-    """
+    """Where ``strict=True`` raises (`enforce_strict`), a non-strict call warns (`UnconvertedPoolWarning`)."""
     left = report.unexportable if for_export else report.unconverted
     undone = report.check.actions if report.check is not None else ()
     if not left and not undone:

@@ -111,17 +111,6 @@ def _map_modules(value: Any, fn: Callable[[nn.Module], nn.Module], depth: int) -
     return make(mapped) if make is not None else value
 
 
-def held_modules(module: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The modules ``module`` holds in plain attributes rather than registered, each with its name there.
-
-    Names read as Python would reach them: ``head``, ``blocks[0]``, ``branches['low']``. torch.nn's own
-    classes register every module they hold, so their attributes are not searched.
-    """
-    if _registers_all(type(module)):  # type: ignore[arg-type]  # nn.Module's __hash__ typing
-        return []
-    return [found for name, value in module.__dict__.items() if name not in _MACHINERY for found in _modules_in(value, name)]
-
-
 @functools.cache
 def _registers_all(cls: type) -> bool:
     return cls.__module__.startswith("torch.nn.modules.")
@@ -138,14 +127,15 @@ def _modules_in(value: Any, path: str, depth: int = 0) -> list[tuple[str, nn.Mod
 
 
 def children(module: nn.Module) -> list[tuple[str, nn.Module]]:
-    """Every module ``module`` holds directly: its registered children, then those in plain attributes.
-
-    A module registered and also held in a list (``add_module`` beside ``self.blocks.append``) is
-    listed once, under its registered name.
-    """
+    """Every module ``module`` holds directly: its registered children, then those in plain attributes, named as
+    Python reaches them (``blocks[0]``, ``branches['low']``); one registered and also held in a list is listed once,
+    under its registered name. torch.nn's own classes register all they hold: their attributes are not searched."""
     registered = [(name, child) for name, child in module._modules.items() if child is not None]
+    if _registers_all(type(module)):  # type: ignore[arg-type]  # nn.Module's __hash__ typing
+        return registered
     seen = {id(child) for _, child in registered}
-    return registered + [(name, held) for name, held in held_modules(module) if id(held) not in seen]
+    held = [found for name, value in module.__dict__.items() if name not in _MACHINERY for found in _modules_in(value, name)]
+    return registered + [(name, found) for name, found in held if id(found) not in seen]
 
 
 def substitute(root: nn.Module, swaps: Mapping[nn.Module, nn.Module]) -> None:
@@ -171,11 +161,8 @@ def substitute(root: nn.Module, swaps: Mapping[nn.Module, nn.Module]) -> None:
 
 
 def tree_index(root: nn.Module) -> tuple[list[nn.Module], dict[int, list[str]]]:
-    """Every module of ``root``'s tree once, ``root`` first, and every qualified name of each, by id.
-
-    A module shared by two parents has two names; modules held in plain attributes are named as
-    Python reaches them (``psp.blocks[0]``).
-    """
+    """Every module of ``root``'s tree once, ``root`` first, and every qualified name of each, by id (a module
+    shared by two parents has two; those held in plain attributes are named as Python reaches them: ``psp.blocks[0]``)."""
     modules: dict[int, nn.Module] = {}
     paths: dict[int, list[str]] = {}
 

@@ -69,12 +69,8 @@ class Recording:
 
 
 def record_pool_calls(model: nn.Module, example: Example) -> Recording:
-    """Run the model once on ``example`` without side effects and record every adaptive pool call.
-
-    Scripted submodules (``torch.jit.script``) are run as they are: neither hooks nor the
-    function mode see inside them. A model that asks ``torch.onnx.is_in_onnx_export()`` is run a
-    second time with the answer true; that recording is :attr:`Recording.export_branch`.
-    """
+    """Run the model once on ``example`` without side effects and record every adaptive pool call (none inside
+    TorchScript submodules); a model that asks ``torch.onnx.is_in_onnx_export()`` again with the answer true."""
     recording = _record(model, example, export=False)
     if recording.asks_export_flag:
         with contextlib.suppress(FxpoolError):  # a branch that cannot run is no branch to prove
@@ -165,11 +161,8 @@ def _record(model: nn.Module, example: Example, export: bool) -> Recording:
 
 
 def _path_in_context(paths: list[str], caller: str | None) -> str:
-    """Which of a module's qualified names this call goes by: the one under the calling module.
-
-    A module held by two parents has two names; ``named_modules()`` would give only the first, and
-    the calls from the second parent would be filed under the first.
-    """
+    """Which of a module's qualified names this call goes by: the one under the calling module (a module held
+    by two parents has two names, and the calls from the second must not be filed under the first)."""
     if len(paths) == 1 or caller is None:
         return paths[0]
     prefix = caller + "." if caller else ""
