@@ -181,14 +181,8 @@ def describe_module(module: nn.Module) -> PoolCall | None:
             if runs_own_forward(module, cls):
                 return None
             where = f"nn.{cls.__name__}"
-            return PoolCall(
-                family,
-                dims,
-                where,
-                "module",
-                normalize_output_size(module.output_size, dims, where),
-                return_indices=bool(getattr(module, "return_indices", False)),
-            )
+            sizes = normalize_output_size(module.output_size, dims, where)
+            return PoolCall(family, dims, where, "module", sizes, return_indices=bool(getattr(module, "return_indices", False)))
     if isinstance(module, nn.Upsample) and module.mode == "area" and not runs_own_forward(module, nn.Upsample):
         size = module.size
         return PoolCall("avg", None, "nn.Upsample(mode='area')", "module", None if size is None else _as_tuple(size))

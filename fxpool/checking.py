@@ -190,14 +190,8 @@ def self_check(converted: nn.Module, example: Example, reference: Any, export_re
     errors = [(c.output_error, c.output_tolerance) for c in (eager, export) if c.output_error is not None]
     error, bound = max(errors, key=lambda pair: pair[0]) if errors else (None, None)
     status: CheckStatus = "failed" if "failed" in (eager.status, export.status) else "passed"
-    return SelfCheck(
-        status,
-        eager.compared + ", in eager and with torch.onnx.is_in_onnx_export() true (the ONNX exporters' branch)",
-        error,
-        bound,
-        tuple(worst.values()),
-        mismatch or None,
-    )
+    compared = eager.compared + ", in eager and with torch.onnx.is_in_onnx_export() true (the ONNX exporters' branch)"
+    return SelfCheck(status, compared, error, bound, tuple(worst.values()), mismatch or None)
 
 
 def _check_run(converted: nn.Module, example: Example, reference: Any, export: bool) -> SelfCheck:

@@ -84,11 +84,8 @@ def _jit_pools(model: nn.Module, example: Example) -> tuple[NativePool, ...]:
         if form is None:
             continue
         inputs, outputs = list(node.inputs()), list(node.outputs())
-        found.append(
-            NativePool(
-                node.kind(), form.family, _scope(node.scopeName()), _shape(inputs[0]), _shape(outputs[0]) if outputs else None
-            )
-        )
+        in_shape, out_shape = _shape(inputs[0]), (_shape(outputs[0]) if outputs else None)
+        found.append(NativePool(node.kind(), form.family, _scope(node.scopeName()), in_shape, out_shape))
     return tuple(found)
 
 
