@@ -68,10 +68,8 @@ def build(root: nn.Module, found: FoundPools, decisions: Sequence[SiteDecision],
         elif id(module) in replaced_tables:
             carry_hooks(module, table)
             swaps[module] = table
-    if root in swaps:  # the model is a pool itself
-        return Built(swaps[root], True)
     substitute(root, swaps)
-    return Built(root, True)
+    return Built(swaps.get(root, root), True)  # the model may be a pool itself
 
 
 def replacement_module(chosen: SiteDecision, event: PoolEvent, fallback_device: torch.device) -> nn.Module:

@@ -103,8 +103,8 @@ class SelfCheck:
 
 @dataclass(frozen=True)
 class Noise:
-    """The original's own noise: whether a second run repeats the recorded outputs, and how far they move
-    when its pools' outputs are nudged by :data:`ULPS_NUDGED` units in the last place."""
+    """The original's own noise: whether a second run repeats its outputs, and how far they move when its pools'
+    outputs are nudged by :data:`ULPS_NUDGED` units in the last place."""
 
     deterministic: bool
     nudged: float

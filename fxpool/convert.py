@@ -232,8 +232,7 @@ class _Round:
 
 @dataclass(frozen=True)
 class FrontEnd:
-    """What the pipeline needs to know of one kind of model: a fresh copy of it, its pool sites in that copy
-    (from the recording), and how to put the replacements in place there."""
+    """One kind of model: a fresh copy of it, its pool sites there (from the recording), and how to put replacements in place."""
 
     fresh_copy: Callable[[nn.Module], nn.Module]
     find: Callable[[nn.Module, Recording], FoundPools]

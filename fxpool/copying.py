@@ -9,7 +9,6 @@ forward) point into the copy, never at the original's modules.
 from __future__ import annotations
 
 import copy
-import functools
 import types
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -111,11 +110,6 @@ def _map_modules(value: Any, fn: Callable[[nn.Module], nn.Module], depth: int) -
     return make(mapped) if make is not None else value
 
 
-@functools.cache
-def _registers_all(cls: type) -> bool:
-    return cls.__module__.startswith("torch.nn.modules.")
-
-
 def _modules_in(value: Any, path: str, depth: int = 0) -> list[tuple[str, nn.Module]]:
     """The modules inside ``value`` (itself one, or in nested lists, tuples and dicts), each with its path."""
     if isinstance(value, nn.Module):
@@ -131,7 +125,7 @@ def children(module: nn.Module) -> list[tuple[str, nn.Module]]:
     Python reaches them (``blocks[0]``, ``branches['low']``); one registered and also held in a list is listed once,
     under its registered name. torch.nn's own classes register all they hold: their attributes are not searched."""
     registered = [(name, child) for name, child in module._modules.items() if child is not None]
-    if _registers_all(type(module)):  # type: ignore[arg-type]  # nn.Module's __hash__ typing
+    if type(module).__module__.startswith("torch.nn.modules."):
         return registered
     seen = {id(child) for _, child in registered}
     held = [found for name, value in module.__dict__.items() if name not in _MACHINERY for found in _modules_in(value, name)]

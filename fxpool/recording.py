@@ -117,11 +117,11 @@ def _record(model: nn.Module, example: Example, export: bool) -> Recording:
     class PoolCallRecorder(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if not is_pool_function(func):  # every other op of the model: as fast as the mode allows
+            # Every other op of the model as fast as the mode allows, and a pool module's own call.
+            if not is_pool_function(func) or (in_pool_module and in_pool_module[-1]):
                 return func(*args, **kwargs)
-            inside_pool_module = bool(in_pool_module) and in_pool_module[-1]
             try:
-                described = None if inside_pool_module else describe_function(func, args, kwargs)
+                described = describe_function(func, args, kwargs)
             except PoolCallError as error:
                 raise PoolCallError(f"{error} (at {_caller_source()})") from None
             if described is None:

@@ -1,9 +1,5 @@
-"""The record of every decision ``convert`` makes: one :class:`PoolRecord` per adaptive pool found.
-
-A :class:`ConversionReport` prints within :data:`REPORT_WIDTH` columns (a block per pool), converts to
-plain dicts for JSON with every field whole, and is reachable from a converted module through
-:func:`report_of`.
-"""
+"""The record of every decision ``convert`` makes: one :class:`PoolRecord` per adaptive pool found; a
+:class:`ConversionReport` prints within :data:`REPORT_WIDTH` columns and converts to plain dicts for JSON."""
 
 from __future__ import annotations
 
