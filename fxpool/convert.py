@@ -13,7 +13,7 @@ import itertools
 import logging
 import sys
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, overload
 
@@ -359,39 +359,37 @@ class _Undo:
     replacements: dict[str, str] = field(default_factory=dict)
     actions: list[str] = field(default_factory=list)
 
-    def _undo(self, location: str, why: str) -> None:
-        self.replacements[location] = why
-        self.actions.append(f"{location}: {why}")
+    def _undo(self, locations: Iterable[str], why: str) -> bool:
+        """Undo the replacements at ``locations`` not undone yet, for ``why``; False where there were none."""
+        fresh = [location for location in locations if location not in self.replacements]
+        for location in fresh:
+            self.replacements[location] = why
+            self.actions.append(f"{location}: {why}")
+        return bool(fresh)
 
     def learn_unrun(self, locations: tuple[str, ...]) -> bool:
         """Undo replacements the example never reached; False where they were undone already."""
-        fresh = [location for location in locations if location not in self.replacements]
-        for location in fresh:
-            self._undo(
-                location,
-                "self-check: the example's run never reached this replacement (PyTorch's pool ran in its place), "
-                "so it was undone; please report this model",
-            )
-        return bool(fresh)
+        why = (
+            "self-check: the example's run never reached this replacement (PyTorch's pool ran in its place), "
+            "so it was undone; please report this model"
+        )
+        return self._undo(locations, why)
 
     def learn(self, result: _Round) -> bool:
         """Record what to undo after a failed check; False when nothing is left to undo."""
         check = result.check
         for failed in check.failed_replacements:
-            self._undo(
-                failed.location,
+            why = (
                 f"self-check: this replacement differed from the native pool by {failed.max_error:.3g} "
-                f"(allowed {failed.tolerance:.3g}), so it was undone",
+                f"(allowed {failed.tolerance:.3g}), so it was undone"
             )
+            self._undo([failed.location], why)
         if check.failed_replacements:
             return True
         # Nothing pins the mismatch down: undo every replacement left, so that what is returned
         # is the original's function rather than a conversion known to differ.
-        left = [d.site.location for d in result.decisions if d.replaced and d.site.location not in self.replacements]
-        for location in left:
-            self._undo(
-                location,
-                f"self-check: the converted model differed from the original ({check.mismatch}) and no "
-                f"single replacement could be blamed, so every replacement was undone",
-            )
-        return bool(left)
+        why = (
+            f"self-check: the converted model differed from the original ({check.mismatch}) and no "
+            f"single replacement could be blamed, so every replacement was undone"
+        )
+        return self._undo((d.site.location for d in result.decisions if d.replaced), why)
