@@ -167,4 +167,4 @@ def _spatial(event: PoolEvent) -> tuple[int, ...]:
 
 def _call_key(event: PoolEvent) -> tuple[object, ...]:
     """What makes two recorded calls the same call: where it is made, and its sizes."""
-    return (event.call, event.module_name, event.source, tuple(n for n, _ in event.scope), event.input_shape, event.output_shape)
+    return (event.call, event.module_name, event.source, event.scope, event.input_shape, event.output_shape)

@@ -28,7 +28,7 @@ from .steps import PoolFamily
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep  # with the separator: torchvision is not torch
 _FXPOOL_DIR = os.path.dirname(__file__) + os.sep
 
-Scope = tuple[tuple[str, int], ...]
+Scope = tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class PoolEvent:
 
     call: PoolCall
     module_name: str | None  # the pool module's qualified name; None for functional calls
-    scope: Scope  # (qualified name, invocation number) of each module running, outermost first
+    scope: Scope  # the qualified name of each module running, outermost first
     input_shape: tuple[int, ...]
     output_shape: tuple[int, ...]
     dtype: torch.dtype
@@ -53,7 +53,7 @@ class PoolEvent:
     @property
     def innermost(self) -> str:
         """The qualified name of the module whose forward made the call."""
-        return self.scope[-1][0]
+        return self.scope[-1]
 
 
 @dataclass
@@ -83,9 +83,8 @@ def _record(model: nn.Module, example: Example, export: bool) -> Recording:
     modules, names = tree_index(probe)
     scripted = {id(m) for module in probe.modules() if isinstance(module, torch.jit.ScriptModule) for m in module.modules()}
     recording = Recording()
-    stack: list[tuple[str, int]] = []
+    stack: list[str] = []
     in_pool_module: list[bool] = []  # parallel to stack: is that module an adaptive pool?
-    invocations: dict[str, int] = {}  # module name -> times called
     # Pool modules and fxpool's own replacements found again (with what they compute), by id.
     pools: dict[int, tuple[PoolCall, str | None]] = {}
     for module in modules:
@@ -97,9 +96,7 @@ def _record(model: nn.Module, example: Example, export: bool) -> Recording:
             pools[id(module)] = found
 
     def pre_hook(module: nn.Module, inputs: tuple[Any, ...]) -> None:
-        name = _path_in_context(names.get(id(module), ["?"]), stack[-1][0] if stack else None)
-        count = invocations[name] = invocations.get(name, -1) + 1
-        stack.append((name, count))
+        stack.append(_path_in_context(names.get(id(module), ["?"]), stack[-1] if stack else None))
         in_pool_module.append(id(module) in pools)
         call, already = pools.get(id(module), (None, None))
         if call is not None and already is None:
@@ -110,7 +107,7 @@ def _record(model: nn.Module, example: Example, export: bool) -> Recording:
             return
         if id(module) in pools:
             call, already = pools[id(module)]
-            _add_event(recording, call, stack[-1][0], tuple(stack), inputs[0] if inputs else None, output, None, already)
+            _add_event(recording, call, stack[-1], tuple(stack), inputs[0] if inputs else None, output, None, already)
         stack.pop()
         in_pool_module.pop()
 
@@ -130,7 +127,7 @@ def _record(model: nn.Module, example: Example, export: bool) -> Recording:
             source = _caller_source()
             _validate_input(call, value, source)
             output = func(*args, **kwargs)
-            _add_event(recording, call, None, tuple(stack) or (("", 0),), value, output, source)
+            _add_event(recording, call, None, tuple(stack) or ("",), value, output, source)
             return output
 
     with ExitStack() as cleanup:
