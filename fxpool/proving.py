@@ -20,7 +20,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .calls import ATEN_FORMS
 from .checking import isolated_run
-from .errors import error_summary
 from .example import Example
 from .globalstate import export_flag
 from .report import ConversionReport, PoolRecord
@@ -46,24 +45,20 @@ class NativePool:
 
 @dataclass(frozen=True)
 class TracedPools:
-    """The native pools a tracer found, and which tracer (with why it was the fallback, where it was)."""
+    """The native pools a tracer found, and which tracer."""
 
     tracer: str
     pools: tuple[NativePool, ...]
-    note: str = ""
 
 
 def traced_pools(model: nn.Module, example: Example) -> TracedPools:
     """The native adaptive pool operators a tracer sees in ``model`` run on ``example``; ``tracer`` is "" where
     neither could run it (one that raises under the export flag, as its original does): nothing was proven then."""
-    try:
+    with contextlib.suppress(Exception):  # the tracer's limits (dict outputs with strings, data-dependent code...)
         return TracedPools(JIT_TRACER, _jit_pools(model, example))
-    except Exception as error:  # the tracer's limits (dict outputs with strings, data-dependent code...)
-        note = f"torch.jit.trace could not trace the model ({error_summary(error)[:200]})"
-    try:
-        return TracedPools(DISPATCH_TRACER, _dispatched_pools(model, example), note)
-    except Exception as error:
-        return TracedPools("", (), f"{note}; the ATen dispatch run raised too ({error_summary(error)[:200]})")
+    with contextlib.suppress(Exception):
+        return TracedPools(DISPATCH_TRACER, _dispatched_pools(model, example))
+    return TracedPools("", ())
 
 
 @contextlib.contextmanager
