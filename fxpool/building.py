@@ -1,16 +1,8 @@
 """Build: each replaced pool's module, put in its place in the copy.
 
-:func:`build` makes the module every decision asks for (:func:`replacement_module`: an
-:class:`~fxpool.replacements.ExactAdaptivePool` of the plan, or the dynamic-size form) and puts it in
-place:
-
-- a pool module is swapped wherever the tree holds it (:func:`~fxpool.copying.substitute`), the root
-  included, and its replacement takes its hooks; called at several sizes, it is swapped for a
-  :class:`~fxpool.intercepting.PoolCalls` table of one replacement per size (which takes the hooks);
-- the functional calls of a module's forward go into a table of that module, and its forward is
-  intercepted (:func:`~fxpool.intercepting.intercept`): no trace, its code runs as it is.
-
-It returns the converted root and whether anything changed.
+A pool module is swapped wherever the tree holds it, its hooks carried (at several sizes, by a
+:class:`~fxpool.intercepting.PoolCalls` table); a module's functional calls go into its own table, and its
+forward is intercepted (:func:`~fxpool.intercepting.intercept`).
 """
 
 from __future__ import annotations
@@ -21,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .copying import carry_hooks, substitute
+from .copying import CALL_HOOK_DICTS, carry_hooks, shallow_module_copy, substitute
 from .deciding import SiteDecision, requested_sizes
 from .dynamic import DynamicAdaptiveAvgPool, DynamicAdaptiveMaxPool
 from .finding import FoundPools
@@ -76,10 +68,8 @@ def build(root: nn.Module, found: FoundPools, decisions: Sequence[SiteDecision],
         elif id(module) in replaced_tables:
             carry_hooks(module, table)
             swaps[module] = table
-    if root in swaps:  # the model is a pool itself
-        return Built(swaps[root], True)
     substitute(root, swaps)
-    return Built(root, True)
+    return Built(swaps.get(root, root), True)  # the model may be a pool itself
 
 
 def replacement_module(chosen: SiteDecision, event: PoolEvent, fallback_device: torch.device) -> nn.Module:
@@ -87,16 +77,15 @@ def replacement_module(chosen: SiteDecision, event: PoolEvent, fallback_device: 
     decision, location = chosen.decision, chosen.site.location
     plan = decision.plan
     assert plan is not None and decision.action != "left"
+    device = fallback_device if event.device.type == "meta" else event.device
     if decision.action == "dynamic":
         sizes = requested_sizes(chosen.site.call, event, location) or event.output_shape[-event.spatial_dims :]
         pool_class = DynamicAdaptiveAvgPool if plan.family == "avg" else DynamicAdaptiveMaxPool
         assert decision.dynamic_form is not None
         replacement: nn.Module = pool_class(sizes, location=location, kind=decision.dynamic_form.kind)
     elif decision.returns_indices:
-        device = fallback_device if event.device.type == "meta" else event.device
         replacement = WindowArgmaxPool(plan.in_sizes, plan.out_sizes, location, device)
     else:
-        device = fallback_device if event.device.type == "meta" else event.device
         weight_dtype = torch.float64 if event.dtype == torch.float64 else torch.float32
         batched = len(event.input_shape) == event.spatial_dims + 2
         replacement = ExactAdaptivePool(plan, location, weight_dtype, device, batched=batched)
@@ -106,8 +95,7 @@ def replacement_module(chosen: SiteDecision, event: PoolEvent, fallback_device: 
 
 def _native_copy(pool: nn.Module) -> nn.Module:
     """A hook-free copy of a pool module, for the sizes of it left to PyTorch inside a table."""
-    copy = type(pool).__new__(type(pool))
-    copy.__dict__.update(pool.__dict__)
-    for name in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"):
+    copy = shallow_module_copy(pool)
+    for name in CALL_HOOK_DICTS:
         copy.__dict__[name] = type(pool.__dict__[name])()
     return copy

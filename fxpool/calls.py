@@ -1,22 +1,8 @@
 """Recognising adaptive pool calls in every spelling, and normalising their arguments.
 
-A *pool call* is one of:
-
-- the modules ``nn.AdaptiveAvgPool1d/2d/3d``, ``nn.AdaptiveMaxPool1d/2d/3d`` (subclasses too) and
-  ``nn.Upsample(mode="area")``;
-- the functions ``F.adaptive_avg_pool1d/2d/3d`` (``torch.adaptive_avg_pool1d`` is the same object),
-  ``torch._C._nn.adaptive_avg_pool2d/3d``, ``F.adaptive_max_pool1d/2d/3d`` (the ``boolean_dispatch``
-  wrappers torch.fx records as targets), their ``*_with_indices`` forms, ``torch.adaptive_max_pool1d``,
-  ``torch._C._nn.adaptive_max_pool2d/3d`` and ``F.interpolate(..., mode="area")``,
-
-with ``output_size`` as int or tuple, positional or keyword, and ``None`` entries. This module
-turns each into a :class:`PoolCall`; it knows nothing of torch.fx or of how pools are replaced.
-
-At the ATen level (``torch.export`` programs, the ``GraphModule`` of ``ExportedProgram.module()``) a
-pool call is one of the operators of :data:`ATEN_FORMS`: ``aten.adaptive_avg_pool1d/2d/3d``,
-``aten._adaptive_avg_pool2d/3d`` (what ``run_decompositions`` leaves) and
-``aten.adaptive_max_pool1d/2d/3d`` (which always return ``(values, indices)``);
-:func:`describe_aten` reads them.
+A *pool call* is a module (``nn.AdaptiveAvgPool1d/2d/3d``, ``nn.AdaptiveMaxPool1d/2d/3d`` and subclasses,
+``nn.Upsample(mode="area")``), a function of :data:`FUNCTION_FORMS` with ``output_size`` in any spelling
+(int or tuple, positional or keyword, ``None`` entries), or an ATen operator of :data:`ATEN_FORMS`.
 """
 
 from __future__ import annotations
@@ -65,41 +51,7 @@ class _FunctionForm:
     accepts_return_indices: bool = False
 
 
-def _function_forms() -> dict[Callable[..., Any], _FunctionForm]:
-    table: dict[Callable[..., Any], _FunctionForm] = {
-        F.adaptive_avg_pool1d: _FunctionForm("avg", 1, "F.adaptive_avg_pool1d"),
-        F.adaptive_avg_pool2d: _FunctionForm("avg", 2, "F.adaptive_avg_pool2d"),
-        F.adaptive_avg_pool3d: _FunctionForm("avg", 3, "F.adaptive_avg_pool3d"),
-        torch._C._nn.adaptive_avg_pool2d: _FunctionForm("avg", 2, "torch._C._nn.adaptive_avg_pool2d"),
-        torch._C._nn.adaptive_avg_pool3d: _FunctionForm("avg", 3, "torch._C._nn.adaptive_avg_pool3d"),
-        F.adaptive_max_pool1d: _FunctionForm("max", 1, "F.adaptive_max_pool1d", accepts_return_indices=True),
-        F.adaptive_max_pool2d: _FunctionForm("max", 2, "F.adaptive_max_pool2d", accepts_return_indices=True),
-        F.adaptive_max_pool3d: _FunctionForm("max", 3, "F.adaptive_max_pool3d", accepts_return_indices=True),
-        F.adaptive_max_pool1d_with_indices: _FunctionForm("max", 1, "F.adaptive_max_pool1d_with_indices", True),
-        F.adaptive_max_pool2d_with_indices: _FunctionForm("max", 2, "F.adaptive_max_pool2d_with_indices", True),
-        F.adaptive_max_pool3d_with_indices: _FunctionForm("max", 3, "F.adaptive_max_pool3d_with_indices", True),
-        torch.adaptive_max_pool1d: _FunctionForm("max", 1, "torch.adaptive_max_pool1d", True),
-        torch._C._nn.adaptive_max_pool2d: _FunctionForm("max", 2, "torch._C._nn.adaptive_max_pool2d", True),
-        torch._C._nn.adaptive_max_pool3d: _FunctionForm("max", 3, "torch._C._nn.adaptive_max_pool3d", True),
-        F.interpolate: _FunctionForm("avg", None, "F.interpolate(mode='area')"),
-    }
-    return table
-
-
-def _aten_function_forms() -> dict[Any, _FunctionForm]:
-    """The ATen operators called from Python (``torch.ops.aten.adaptive_avg_pool2d.default(x, [5, 3])``, as
-    Torch-TensorRT's tests write them), by their overload and their packet: a torch function mode sees both."""
-    aten = torch.ops.aten
-    table: dict[Any, _FunctionForm] = {}
-    for name, family, dims in _ATEN_POOLS:
-        spelled = f"torch.ops.aten.{name}"
-        form = _FunctionForm(family, dims, spelled, always_indices=family == "max")  # type: ignore[arg-type]
-        table[getattr(aten, name)] = form
-        table[getattr(aten, name).default] = replace(form, op=f"{spelled}.default")
-    return table
-
-
-_ATEN_POOLS = (
+_ATEN_POOLS: tuple[tuple[str, PoolFamily, int], ...] = (
     ("adaptive_avg_pool1d", "avg", 1),
     ("adaptive_avg_pool2d", "avg", 2),
     ("adaptive_avg_pool3d", "avg", 3),
@@ -109,7 +61,36 @@ _ATEN_POOLS = (
     ("adaptive_max_pool2d", "max", 2),
     ("adaptive_max_pool3d", "max", 3),
 )
-FUNCTION_FORMS: dict[Callable[..., Any], _FunctionForm] = {**_function_forms(), **_aten_function_forms()}
+# The ATen operators of adaptive pools that torch.export programs hold, before and after
+# run_decompositions (torch 2.14: export keeps adaptive_avg_pool{1,2,3}d and adaptive_max_pool{1,2,3}d;
+# the core ATen decompositions turn the average ones into _adaptive_avg_pool2d/3d, 1d pools into 2d
+# ones between unsqueeze and squeeze, and keep adaptive_max_pool2d/3d). The max ones return (values, indices).
+ATEN_FORMS: dict[Any, _FunctionForm] = {
+    getattr(torch.ops.aten, name).default: _FunctionForm(family, dims, f"aten.{name}.default", always_indices=family == "max")
+    for name, family, dims in _ATEN_POOLS
+}
+FUNCTION_FORMS: dict[Callable[..., Any], _FunctionForm] = {
+    F.adaptive_avg_pool1d: _FunctionForm("avg", 1, "F.adaptive_avg_pool1d"),
+    F.adaptive_avg_pool2d: _FunctionForm("avg", 2, "F.adaptive_avg_pool2d"),
+    F.adaptive_avg_pool3d: _FunctionForm("avg", 3, "F.adaptive_avg_pool3d"),
+    torch._C._nn.adaptive_avg_pool2d: _FunctionForm("avg", 2, "torch._C._nn.adaptive_avg_pool2d"),
+    torch._C._nn.adaptive_avg_pool3d: _FunctionForm("avg", 3, "torch._C._nn.adaptive_avg_pool3d"),
+    F.adaptive_max_pool1d: _FunctionForm("max", 1, "F.adaptive_max_pool1d", accepts_return_indices=True),
+    F.adaptive_max_pool2d: _FunctionForm("max", 2, "F.adaptive_max_pool2d", accepts_return_indices=True),
+    F.adaptive_max_pool3d: _FunctionForm("max", 3, "F.adaptive_max_pool3d", accepts_return_indices=True),
+    F.adaptive_max_pool1d_with_indices: _FunctionForm("max", 1, "F.adaptive_max_pool1d_with_indices", True),
+    F.adaptive_max_pool2d_with_indices: _FunctionForm("max", 2, "F.adaptive_max_pool2d_with_indices", True),
+    F.adaptive_max_pool3d_with_indices: _FunctionForm("max", 3, "F.adaptive_max_pool3d_with_indices", True),
+    torch.adaptive_max_pool1d: _FunctionForm("max", 1, "torch.adaptive_max_pool1d", True),
+    torch._C._nn.adaptive_max_pool2d: _FunctionForm("max", 2, "torch._C._nn.adaptive_max_pool2d", True),
+    torch._C._nn.adaptive_max_pool3d: _FunctionForm("max", 3, "torch._C._nn.adaptive_max_pool3d", True),
+    F.interpolate: _FunctionForm("avg", None, "F.interpolate(mode='area')"),
+}
+# The ATen operators called from Python (``torch.ops.aten.adaptive_avg_pool2d.default(x, [5, 3])``, as
+# Torch-TensorRT's tests write them), by their packet and their overload: a torch function mode sees both.
+for _overload, _form in ATEN_FORMS.items():
+    FUNCTION_FORMS[_overload.overloadpacket] = replace(_form, op=f"torch.ops.{_form.op.removesuffix('.default')}")
+    FUNCTION_FORMS[_overload] = replace(_form, op=f"torch.ops.{_form.op}")
 
 MODULE_FORMS: tuple[tuple[type[nn.Module], PoolFamily, int], ...] = (
     (nn.AdaptiveAvgPool1d, "avg", 1),
@@ -119,57 +100,38 @@ MODULE_FORMS: tuple[tuple[type[nn.Module], PoolFamily, int], ...] = (
     (nn.AdaptiveMaxPool2d, "max", 2),
     (nn.AdaptiveMaxPool3d, "max", 3),
 )
-
-
 POOL_CLASS_NAMES = frozenset(cls.__name__ for cls, _, _ in MODULE_FORMS)
 
 
-def _aten_forms() -> dict[Any, _FunctionForm]:
-    aten = torch.ops.aten
-    table: dict[Any, _FunctionForm] = {}
-    for name, family, dims in _ATEN_POOLS:
-        overload = getattr(aten, name).default
-        table[overload] = _FunctionForm(family, dims, f"aten.{name}.default", always_indices=family == "max")  # type: ignore[arg-type]
-    return table
-
-
-# The ATen operators of adaptive pools that torch.export programs hold, before and after
-# run_decompositions (torch 2.14: export keeps adaptive_avg_pool{1,2,3}d and adaptive_max_pool{1,2,3}d;
-# the core ATen decompositions turn the average ones into _adaptive_avg_pool2d/3d, 1d pools into 2d
-# ones between unsqueeze and squeeze, and keep adaptive_max_pool2d/3d).
-ATEN_FORMS: dict[Any, _FunctionForm] = _aten_forms()
+def _lookup(table: dict[Any, _FunctionForm], target: Any) -> _FunctionForm | None:
+    try:
+        return table.get(target)
+    except TypeError:  # unhashable
+        return None
 
 
 def is_aten_pool(target: Any) -> bool:
     """True for the ATen operator of an adaptive pool (a graph node's ``target``)."""
-    try:
-        return target in ATEN_FORMS
-    except TypeError:  # unhashable
-        return False
+    return _lookup(ATEN_FORMS, target) is not None
 
 
 def describe_aten(target: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[PoolCall, Any] | None:
     """The pool call an ATen operator makes and its input, or ``None`` if it is no pool.
 
     ``output_size`` entries that are not ints (a symbolic size: a graph node) make the call's
-    ``dynamic_output_size``. The max operators always return ``(values, indices)``
-    (:func:`aten_returns_indices`); whether the graph uses the indices is the graph's to say, so
-    ``return_indices`` is left ``False`` here.
+    ``dynamic_output_size``. ``return_indices`` is left ``False``: the max operators always return
+    ``(values, indices)``, and whether the graph uses the indices is the graph's to say.
     """
-    if not is_aten_pool(target):
+    form = _lookup(ATEN_FORMS, target)
+    if form is None:
         return None
-    form = ATEN_FORMS[target]
-    values = dict(zip(("input", "output_size"), args))
-    values.update(kwargs)
-    if "input" not in values and "self" in values:
-        values["input"] = values["self"]
+    dims = form.spatial_dims
+    assert dims is not None
+    values = {**dict(zip(("input", "output_size"), args)), **kwargs}
     size = values.get("output_size")
-    assert form.spatial_dims is not None
-    if not _is_constant_size(size) or size is None:
-        call = PoolCall(form.family, form.spatial_dims, form.op, "aten", None, dynamic_output_size=True)
-    else:
-        call = PoolCall(form.family, form.spatial_dims, form.op, "aten", normalize_output_size(size, form.spatial_dims, form.op))
-    return call, values.get("input")
+    sizes = normalize_output_size(size, dims, form.op) if size is not None and _is_constant_size(size) else None
+    call = PoolCall(form.family, dims, form.op, "aten", sizes, dynamic_output_size=sizes is None)
+    return call, values.get("input", values.get("self"))
 
 
 def aten_returns_indices(target: Any) -> bool:
@@ -179,10 +141,7 @@ def aten_returns_indices(target: Any) -> bool:
 
 def is_pool_function(func: Any) -> bool:
     """True for every function spelling of an adaptive pool (interpolate counts; check its mode)."""
-    try:
-        return func in FUNCTION_FORMS
-    except TypeError:  # unhashable
-        return False
+    return _lookup(FUNCTION_FORMS, func) is not None
 
 
 def normalize_output_size(output_size: Any, spatial_dims: int, where: str) -> tuple[int | None, ...]:
@@ -201,11 +160,9 @@ def normalize_output_size(output_size: Any, spatial_dims: int, where: str) -> tu
             f"{spatial_dims} spatial axes; give one size per axis"
         )
     for size in sizes:
-        if size is None:
-            continue
-        if not isinstance(size, int) or isinstance(size, bool):
+        if size is not None and not _is_int(size):
             raise PoolCallError(f"{where}: output_size entries must be ints or None, got {output_size!r}")
-        if size < 0:
+        if size is not None and size < 0:
             raise PoolCallError(f"{where}: output_size {output_size!r} has a negative entry; sizes must be >= 0")
     return sizes
 
@@ -217,24 +174,15 @@ def runs_own_forward(module: nn.Module, cls: type[nn.Module]) -> bool:
 
 
 def describe_module(module: nn.Module) -> PoolCall | None:
-    """The pool call a module makes, or ``None`` when it is not an adaptive pool.
-
-    A subclass that overrides ``forward`` is not a pool call itself: its forward may do anything
-    around the pool (flatten, scale), so it is traced like any other module.
-    """
+    """The pool call a module makes, or ``None`` when it is not an adaptive pool (a subclass overriding
+    ``forward`` is not: its forward may do anything around the pool, so it is run like any other module)."""
     for cls, family, dims in MODULE_FORMS:
         if isinstance(module, cls):
             if runs_own_forward(module, cls):
                 return None
             where = f"nn.{cls.__name__}"
-            return PoolCall(
-                family,
-                dims,
-                where,
-                "module",
-                normalize_output_size(module.output_size, dims, where),
-                return_indices=bool(getattr(module, "return_indices", False)),
-            )
+            sizes = normalize_output_size(module.output_size, dims, where)
+            return PoolCall(family, dims, where, "module", sizes, return_indices=bool(getattr(module, "return_indices", False)))
     if isinstance(module, nn.Upsample) and module.mode == "area" and not runs_own_forward(module, nn.Upsample):
         size = module.size
         return PoolCall("avg", None, "nn.Upsample(mode='area')", "module", None if size is None else _as_tuple(size))
@@ -246,45 +194,26 @@ def _as_tuple(size: Any) -> tuple[int | None, ...]:
 
 
 def describe_function(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[PoolCall, Any] | None:
-    """The pool call ``func(*args, **kwargs)`` makes and its input, or ``None`` if it is no pool.
-
-    Works on real values and on torch.fx node arguments alike: a size that is not a constant is
-    reported as ``dynamic_output_size``.
-    """
-    if not is_pool_function(func):
+    """The pool call ``func(*args, **kwargs)`` makes and its input, or ``None`` if it is no pool; a size that is
+    not a constant is reported as ``dynamic_output_size``."""
+    form = _lookup(FUNCTION_FORMS, func)
+    if form is None:
         return None
-    form = FUNCTION_FORMS[func]
     values = _bind(form, args, kwargs)
     if form.spatial_dims is None:
         if values.get("mode") != "area":
             return None
         size = values.get("size")
-        dynamic = size is not None and not _is_constant_size(size)
+        dynamic = not _is_constant_size(size)
         call = PoolCall(
             "avg", None, form.op, "functional", None if size is None or dynamic else _as_tuple(size), dynamic_output_size=dynamic
         )
         return call, values.get("input")
     size = values.get("output_size")
-    if not _is_constant_size(size):
-        return PoolCall(
-            form.family,
-            form.spatial_dims,
-            form.op,
-            "functional",
-            None,
-            return_indices=form.always_indices,
-            dynamic_output_size=True,
-        ), values.get("input")
-    return_indices = form.always_indices or (form.accepts_return_indices and bool(values.get("return_indices")))
-    call = PoolCall(
-        form.family,
-        form.spatial_dims,
-        form.op,
-        "functional",
-        normalize_output_size(size, form.spatial_dims, form.op),
-        return_indices=return_indices,
-    )
-    return call, values.get("input")
+    dynamic = not _is_constant_size(size)
+    sizes = None if dynamic else normalize_output_size(size, form.spatial_dims, form.op)
+    indices = form.always_indices or (not dynamic and form.accepts_return_indices and bool(values.get("return_indices")))
+    return PoolCall(form.family, form.spatial_dims, form.op, "functional", sizes, indices, dynamic), values.get("input")
 
 
 _POOL_PARAMS = ("input", "output_size", "return_indices")
@@ -293,8 +222,7 @@ _INTERPOLATE_PARAMS = ("input", "size", "scale_factor", "mode", "align_corners",
 
 def _bind(form: _FunctionForm, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     names = _INTERPOLATE_PARAMS if form.spatial_dims is None else _POOL_PARAMS
-    values = dict(zip(names, args))
-    values.update(kwargs)
+    values = {**dict(zip(names, args)), **kwargs}
     if form.spatial_dims is None:
         values.setdefault("mode", "nearest")
     if "input" not in values and "self" in values:
@@ -322,9 +250,11 @@ def _traced_ints(size: Any) -> Any:
     return concrete(size)
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _is_constant_size(size: Any) -> bool:
-    if size is None or (isinstance(size, int) and not isinstance(size, bool)):
-        return True
     if isinstance(size, (tuple, list, torch.Size)):
-        return all(s is None or (isinstance(s, int) and not isinstance(s, bool)) for s in size)
-    return False
+        return all(s is None or _is_int(s) for s in size)
+    return size is None or _is_int(size)

@@ -1,31 +1,9 @@
 """The self-check: the converted model run once on the example, against what the original computed.
 
-:func:`self_check` runs a converted model on the example input under the recording's rules (its
-buffers cloned for the run, ``torch.no_grad()``, the RNG forked from the same state, the caller's
-training flags), and compares
-
-- every replacement's output with the native adaptive pool applied to the replacement's own input
-  (average family within :data:`TOLERANCE` of the output's scale; max family bit-equal) — and,
-  where eager runs another form than tracers see (``runs_native_in_eager``), that traced form too, and
-  ONNX export's own form where the plan has one (``onnx_form``) — and
-- the whole model's outputs with the original's, recorded in the same way, within
-  :data:`TOLERANCE` of each output's largest magnitude (at least 1).
-
-Where the original was also recorded with ``torch.onnx.is_in_onnx_export()`` true (a model that
-branches on it), the converted model is run that way too and compared with that recording, so the
-branch the ONNX exporters take is proven as well.
-
-Where every replacement agrees with its native pool but the whole model does not, the differences
-may be the model's own: :func:`rounding_noise` runs the original twice more, once as it is (a model
-whose second run differs is not deterministic) and once with every adaptive pool's output moved by
-two units in its last place, and :meth:`SelfCheck.within_noise` accepts outputs that differ by no
-more than :data:`NOISE_FACTOR` times what that second run differs by. This is how the check follows
-what the device computes: with TF32 convolutions on a GPU, or other reduced-precision reductions,
-a one-ulp change in a pool's output moves the outputs far beyond the float32 bound, in the original
-as in the conversion; a wrong replacement is still caught by its own comparison.
-
-It returns a :class:`SelfCheck`; :mod:`fxpool.convert` undoes what failed. Nothing here knows of
-torch.fx or ONNX.
+Each replacement against the native pool on its own input (max family bit-equal), the whole model against
+the original (and its export branch). Where only the whole model differs, :func:`rounding_noise` measures
+how far the original's outputs move when its pools' outputs move by two ulps (TF32 and reduced-precision
+arithmetic downstream), and :meth:`SelfCheck.within_noise` accepts :data:`NOISE_FACTOR` times that.
 """
 
 from __future__ import annotations
@@ -112,15 +90,9 @@ class SelfCheck:
             parts.append(self.mismatch)
         return "; ".join(parts) + "".join(f"\n  undone: {action}" for action in self.actions)
 
-    def with_actions(self, actions: tuple[str, ...]) -> SelfCheck:
-        return replace(self, actions=actions)
-
     def within_noise(self, noise: Noise) -> SelfCheck | None:
-        """This check passed where its outputs differ by no more than the original's own rounding noise, else None.
-
-        Only a numeric difference qualifies (not another structure or shape), and only where every
-        replacement agreed with its native pool.
-        """
+        """This check passed where its outputs differ by no more than the original's own rounding noise, else None;
+        only a numeric difference qualifies (not another structure or shape), and only where every replacement agreed."""
         error = self.output_error
         if self.status != "failed" or self.failed_replacements or error is None or error == float("inf"):
             return None
@@ -131,8 +103,8 @@ class SelfCheck:
 
 @dataclass(frozen=True)
 class Noise:
-    """The original's own noise: whether a second run repeats the recorded outputs, and how far they move
-    when its pools' outputs are nudged by :data:`ULPS_NUDGED` units in the last place."""
+    """The original's own noise: whether a second run repeats its outputs, and how far they move when its pools'
+    outputs are nudged by :data:`ULPS_NUDGED` units in the last place."""
 
     deterministic: bool
     nudged: float
@@ -141,30 +113,42 @@ class Noise:
 def rounding_noise(model: nn.Module, example: Example, reference: Any) -> Noise:
     """The original (a copy, buffers cloned) run twice more against ``reference``: as it is, and with every
     adaptive pool's output nudged (alternating signs, a fixed pattern)."""
-    mismatch, _, _ = _run_against(model, example, reference, nudge=False)
-    _, nudged, _ = _run_against(model, example, reference, nudge=True)
-    return Noise(mismatch is None, nudged)
-
-
-def _run_against(model: nn.Module, example: Example, reference: Any, nudge: bool) -> tuple[str | None, float, float]:
-    output, raised = _run(structural_copy(model), example, _PoolOutputsNudged() if nudge else contextlib.nullcontext())
-    if raised is not None:
-        return raised, float("inf"), 0.0
-    return compare_outputs(output, reference)
+    again, raised = _run(structural_copy(model), example, contextlib.nullcontext())
+    nudged, raised_nudged = _run(structural_copy(model), example, _PoolOutputsNudged())
+    deterministic = raised is None and compare_outputs(again, reference)[0] is None
+    return Noise(deterministic, float("inf") if raised_nudged is not None else compare_outputs(nudged, reference)[1])
 
 
 def _run(model: nn.Module, example: Example, mode: contextlib.AbstractContextManager[Any]) -> tuple[Any, str | None]:
     """``model``'s output on the example, run without side effects, or what it raised, in words."""
-    with ExitStack() as stack:
-        stack.enter_context(buffers_cloned(tree_modules(model)))
-        # A GraphModule that raises prints its generated code to stderr before re-raising; the caller reports it.
-        stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
-        stack.enter_context(example_run(example))
-        stack.enter_context(mode)
+    with isolated_run(model, example), mode:
         try:
             return example.call(model), None
         except Exception as raised:
             return None, f"it raised {error_summary(raised)}"
+
+
+@contextlib.contextmanager
+def isolated_run(model: nn.Module, example: Example) -> Iterator[None]:
+    """A run of ``model`` (fxpool's copy) on ``example`` that leaves no trace: :func:`example_run`'s rules, stderr
+    held back (a GraphModule that raises prints its code there; the caller reports the error), and each module's
+    buffers replaced by clones until the run ends, since the copy shares its buffer tensors with the caller's
+    model (a run in train mode writes batch-norm statistics). The buffer dicts change in place, so a graph
+    that shares a module's dict sees the clones."""
+    saved: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+    for module in tree_modules(model):
+        buffers = module._buffers
+        if buffers and id(buffers) not in saved:
+            saved[id(buffers)] = (buffers, dict(buffers))
+            for name, tensor in buffers.items():
+                if tensor is not None:
+                    buffers[name] = tensor.detach().clone()
+    try:
+        with example_run(example), contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        for buffers, originals in saved.values():
+            buffers.update(originals)
 
 
 class _PoolOutputsNudged(TorchFunctionMode):
@@ -190,11 +174,8 @@ def _nudged(values: Any) -> Any:
 
 
 def self_check(converted: nn.Module, example: Example, reference: Any, export_reference: Any = None) -> SelfCheck:
-    """Run ``converted`` on ``example`` without side effects and compare it with ``reference``.
-
-    ``export_reference`` (a :class:`~fxpool.recording.Recording`-like output of the original run
-    with ``torch.onnx.is_in_onnx_export()`` true, or ``None``) adds the same comparison in that mode.
-    """
+    """Run ``converted`` on ``example`` without side effects and compare it with ``reference``; with
+    ``export_reference`` (the original's output with ``torch.onnx.is_in_onnx_export()`` true), in that mode too."""
     if example.on_meta:
         return SelfCheck("skipped", "the example input is on the meta device, which holds no values")
     eager = _check_run(converted, example, reference, export=False)
@@ -209,14 +190,8 @@ def self_check(converted: nn.Module, example: Example, reference: Any, export_re
     errors = [(c.output_error, c.output_tolerance) for c in (eager, export) if c.output_error is not None]
     error, bound = max(errors, key=lambda pair: pair[0]) if errors else (None, None)
     status: CheckStatus = "failed" if "failed" in (eager.status, export.status) else "passed"
-    return SelfCheck(
-        status,
-        eager.compared + ", in eager and with torch.onnx.is_in_onnx_export() true (the ONNX exporters' branch)",
-        error,
-        bound,
-        tuple(worst.values()),
-        mismatch or None,
-    )
+    compared = eager.compared + ", in eager and with torch.onnx.is_in_onnx_export() true (the ONNX exporters' branch)"
+    return SelfCheck(status, compared, error, bound, tuple(worst.values()), mismatch or None)
 
 
 def _check_run(converted: nn.Module, example: Example, reference: Any, export: bool) -> SelfCheck:
@@ -235,29 +210,6 @@ def _check_run(converted: nn.Module, example: Example, reference: Any, export: b
     )
 
 
-@contextlib.contextmanager
-def buffers_cloned(modules: list[nn.Module]) -> Iterator[None]:
-    """Each module's buffers replaced by clones while inside, the originals put back afterwards.
-
-    ``modules`` are fxpool's own (a conversion's copy, never the caller's objects) but share their
-    buffer tensors with the caller's model: a run in train mode would write batch-norm statistics
-    into them. The dicts are changed in place, so a graph that shares a module's dict sees the clones.
-    """
-    saved: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
-    for module in modules:
-        buffers = module._buffers
-        if buffers and id(buffers) not in saved:
-            saved[id(buffers)] = (buffers, dict(buffers))
-            for name, tensor in buffers.items():
-                if tensor is not None:
-                    buffers[name] = tensor.detach().clone()
-    try:
-        yield
-    finally:
-        for buffers, originals in saved.values():
-            buffers.update(originals)
-
-
 def _replacement_hook(checks: list[ReplacementCheck]):
     def hook(module: Any, inputs: tuple[Any, ...], output: Any) -> None:  # an ExactAdaptivePool or a WindowArgmaxPool
         family, out_sizes = module.fxpool_native_reference
@@ -269,31 +221,21 @@ def _replacement_hook(checks: list[ReplacementCheck]):
             return
         dims = len(out_sizes)
         sizes = tuple(x.shape[axis - dims] if o is None else o for axis, o in enumerate(out_sizes))
-        try:
-            expected = native_pool_function(family, dims)(x, sizes)
-        except Exception:  # the replacement was built for another input than it gets: it is wrong
-            checks.append(ReplacementCheck(module.location, float("inf"), 0.0))
-            return
         outputs = [output]
-        if getattr(module, "runs_native_in_eager", False):  # prove the forms exporters will see as well
-            try:
+        try:  # raising: the replacement was built for another input than it gets, so it is wrong
+            expected = native_pool_function(family, dims)(x, sizes)
+            if getattr(module, "runs_native_in_eager", False):  # prove the forms exporters will see as well
                 outputs.append(module.traced_form(x))
                 if getattr(getattr(module, "plan", None), "onnx_steps", ()):  # and ONNX export's own
                     outputs.append(module.onnx_form(x))
-            except Exception:
-                checks.append(ReplacementCheck(module.location, float("inf"), 0.0))
-                return
-        if family == "max":
-            same = all(
-                o.shape == expected.shape
-                and torch.equal(o.isnan(), expected.isnan())
-                and bool((o.nan_to_num() == expected.nan_to_num()).all())
-                for o in outputs
-            )
-            checks.append(ReplacementCheck(module.location, 0.0 if same else float("inf"), 0.0))
-            return
-        errors = [_tensor_error(o, expected) for o in outputs]
-        checks.append(ReplacementCheck(module.location, max(e for e, _ in errors), errors[0][1]))
+        except Exception:
+            checks.append(_exact_check(module.location, False))
+        else:
+            if family == "max":
+                checks.append(_exact_check(module.location, all(_bit_equal(o, expected) for o in outputs)))
+            else:
+                errors = [_tensor_error(o, expected) for o in outputs]
+                checks.append(ReplacementCheck(module.location, max(e for e, _ in errors), errors[0][1]))
 
     return hook
 
@@ -304,16 +246,23 @@ def _indices_check(module: Any, x: Any, output: Any, out_sizes: tuple[int | None
         expected = native_pool_function("max", len(out_sizes))(x, list(out_sizes), return_indices=True)
         outputs = [output, module.traced_form(x)]
     except Exception:
-        return ReplacementCheck(module.location, float("inf"), 0.0)
+        return _exact_check(module.location, False)
     same = all(
-        isinstance(o, tuple)
-        and len(o) == 2
-        and torch.equal(o[1], expected[1])
-        and torch.equal(o[0].isnan(), expected[0].isnan())
-        and bool((o[0].nan_to_num() == expected[0].nan_to_num()).all())
-        for o in outputs
+        isinstance(o, tuple) and len(o) == 2 and torch.equal(o[1], expected[1]) and _bit_equal(o[0], expected[0]) for o in outputs
     )
-    return ReplacementCheck(module.location, 0.0 if same else float("inf"), 0.0)
+    return _exact_check(module.location, same)
+
+
+def _bit_equal(ours: torch.Tensor, theirs: torch.Tensor) -> bool:
+    """Same shape, NaN in the same places, every other value equal."""
+    if ours.shape != theirs.shape or not torch.equal(ours.isnan(), theirs.isnan()):
+        return False
+    return bool((ours.nan_to_num() == theirs.nan_to_num()).all())
+
+
+def _exact_check(location: str, same: bool) -> ReplacementCheck:
+    """The check of a replacement that must be bit-equal (or that failed to run: ``same`` False)."""
+    return ReplacementCheck(location, 0.0 if same else float("inf"), 0.0)
 
 
 def compare_outputs(ours: Any, theirs: Any) -> tuple[str | None, float, float]:
@@ -326,11 +275,8 @@ def compare_outputs(ours: Any, theirs: Any) -> tuple[str | None, float, float]:
     for index, (a, b) in enumerate(zip(our_leaves, their_leaves)):
         if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
             if a.shape != b.shape or a.dtype != b.dtype:
-                return (
-                    (f"output {index} is {a.dtype} {tuple(a.shape)} but the original gives {b.dtype} {tuple(b.shape)}"),
-                    float("inf"),
-                    0.0,
-                )
+                why = f"output {index} is {a.dtype} {tuple(a.shape)} but the original gives {b.dtype} {tuple(b.shape)}"
+                return why, float("inf"), 0.0
             error, bound = _tensor_error(a, b)
             if error > bound:
                 return f"output {index} differs by {error:.3g} (allowed {bound:.3g})", error, bound

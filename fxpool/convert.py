@@ -1,37 +1,19 @@
-"""``convert`` and ``explain``: find every adaptive pool of a model, replace it exactly, and check.
+"""``convert`` and ``explain``: the one pipeline (record, find, decide, build, check, undo, prove).
 
-The conversion is a short pipeline, each stage a function of the previous one's data:
-
-0. :func:`~fxpool.recording.record_pool_calls` runs the model once, without side effects, and
-   records every pool call with its input and output sizes, and the model's output (twice where
-   the model asks ``torch.onnx.is_in_onnx_export()``: once per answer);
-1. **find** (:func:`~fxpool.finding.find_pools`): on a copy of the module tree over the same
-   tensors (:func:`~fxpool.copying.structural_copy`), every pool call site: pool modules by object,
-   functional calls by the module whose forward makes them (intercepted at run time, no trace);
-2. **decide** (:func:`~fxpool.deciding.decide`): the one decision per site (:mod:`fxpool.guards`), and its record;
-3. **build** (:func:`~fxpool.building.build`): the replacement modules, put in place;
-4. **check** (:func:`~fxpool.checking.self_check`): the result run once on the example, each
-   replacement against the native pool on its own input, the whole model against the recording.
-   What disagrees is undone (:class:`_Undo`: a replacement) and the pipeline runs again from a
-   fresh copy.
-
-Every decision becomes a :class:`~fxpool.report.PoolRecord`; the check is in the report too. Then the
-claims are proven (:mod:`fxpool.proving`): what a tracer sees of the result.
-
-Copy, find and build are the front end's (:class:`FrontEnd`): the module tree's above, or, for a
-``torch.export`` program and an ATen-level ``GraphModule``, :mod:`fxpool.programs`' (a graph copy, one
-site per ATen pool node, the replacements called in the nodes' place); a program is then exported again
-and proven by the finder read over its new graph. Record, decide, check and undo are the same for both.
+Copy, find and build belong to the front end (:class:`FrontEnd`): the module tree's, or
+:mod:`fxpool.programs`' for ATen-level graphs and ``torch.export`` programs; record, decide, check and
+undo are shared. What the self-check refuses is undone and the pipeline runs again on a fresh copy.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import itertools
 import logging
 import sys
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, overload
 
@@ -39,6 +21,7 @@ import torch
 from torch import nn
 from torch.export import ExportedProgram
 
+from . import programs
 from .building import Built, build
 from .checking import Noise, SelfCheck, rounding_noise, self_check
 from .copying import structural_copy
@@ -47,17 +30,6 @@ from .errors import SelfCheckError, UnconvertedPoolError, UnconvertedPoolWarning
 from .example import Example, read_example
 from .finding import FoundPools, find_pools
 from .globalstate import LOCK
-from .programs import (
-    GRAPH_SCOPE,
-    PROGRAM_SCOPE,
-    find_graph_pools,
-    graph_copy,
-    has_aten_pools,
-    program_example,
-    program_pools,
-    put_in_graph,
-    reexport,
-)
 from .proving import proven, traced_pools
 from .recording import Recording, record_pool_calls
 from .report import ConversionReport, attach_report
@@ -130,7 +102,7 @@ def convert(
     with every ATen adaptive pool replaced, and a ``GraphModule`` calling the ATen pool operators
     (``program.module()``) a rewritten copy: see :mod:`fxpool.programs`.
     """
-    if isinstance(model, ExportedProgram) or has_aten_pools(model):
+    if isinstance(model, ExportedProgram) or programs.has_aten_pools(model):
         converted, report = _convert_program(model, example_input, example_kwargs, dynamic)
     elif example_input is None:
         raise TypeError(
@@ -148,11 +120,8 @@ def convert(
 
 
 def enforce_strict(report: ConversionReport, *, for_export: bool) -> None:
-    """What ``strict=True`` refuses: pools left to PyTorch, and a self-check that did not pass at once.
-
-    For ``convert`` every pool left to PyTorch counts; for ``export`` and ``onnx_export_hook`` only
-    those the export leaves to the stock exporter (average pools are lowered exactly at export).
-    """
+    """What ``strict=True`` refuses: pools left to PyTorch (``for_export``: those the export leaves to the stock
+    exporter; average pools are lowered exactly there), and a self-check that did not pass at once."""
     left = report.unexportable if for_export else report.unconverted
     if left:
         translated = len(report.unconverted) - len(report.unexportable)
@@ -171,10 +140,7 @@ def enforce_strict(report: ConversionReport, *, for_export: bool) -> None:
 
 
 def warn_left(report: ConversionReport, *, for_export: bool, stacklevel: int = 3) -> None:
-    """Warn (`UnconvertedPoolWarning`) where a non-strict call leaves pools or the self-check undid replacements.
-
-    Where ``strict=True`` raises (`enforce_strict`), a non-strict call says the same as a warning.
-    """
+    """Where ``strict=True`` raises (`enforce_strict`), a non-strict call warns (`UnconvertedPoolWarning`)."""
     left = report.unexportable if for_export else report.unconverted
     undone = report.check.actions if report.check is not None else ()
     if not left and not undone:
@@ -196,10 +162,8 @@ def warn_left(report: ConversionReport, *, for_export: bool, stacklevel: int = 3
 
 def _log_decisions(report: ConversionReport) -> None:
     for record in report.records:
-        if record.converted:
-            log.debug("%s (%s): %s, because %s", record.location, record.op, record.replacement, record.reason)
-        else:
-            log.debug("%s (%s): left to PyTorch, because %s", record.location, record.op, record.reason)
+        what = record.replacement if record.converted else "left to PyTorch"
+        log.debug("%s (%s): %s, because %s", record.location, record.op, what, record.reason)
     check = "not run" if report.check is None else report.check.status
     log.info("converted %d of %d adaptive pool(s); self-check %s", len(report.converted), len(report.records), check)
 
@@ -210,28 +174,28 @@ def _convert_program(
     """``convert`` of a torch.export program, or of a GraphModule calling ATen pool operators (fxpool.programs)."""
     example = None if example_input is None else read_example(example_input, example_kwargs)
     if isinstance(model, ExportedProgram):
-        return _convert_exported(model, example or program_example(model), dynamic)
+        return _convert_exported(model, example or programs.program_example(model), dynamic)
     if example is None:
         raise TypeError("fxpool.convert(graph_module, example_input): a GraphModule needs its example input")
-    return _convert(model, example, dynamic, _graphs(GRAPH_SCOPE))
+    return _convert(model, example, dynamic, _graphs(programs.GRAPH_SCOPE))
 
 
 def _convert_exported(program: ExportedProgram, example: Example, dynamic: bool) -> tuple[ExportedProgram, ConversionReport]:
     """The pipeline over ``program.module()``, then the rewritten module exported again as a program, which is
     run against the original and read by the finder for the proof."""
     with LOCK:
-        converted, report, reference = _pipeline(program.module(), example, dynamic, _graphs(PROGRAM_SCOPE))
+        converted, report, reference = _pipeline(program.module(), example, dynamic, _graphs(programs.PROGRAM_SCOPE))
         if not any(r.converted and r.form == "aten" for r in report.records):  # nothing replaced
-            result, traced = copy.copy(program), program_pools(program, shapes=False)
+            result, traced = copy.copy(program), programs.program_pools(program, shapes=False)
         else:
-            result = reexport(program, converted, example)
+            result = programs.reexport(program, converted, example)
             check = self_check(result.module(), example, reference)
             if check.status != "passed":
                 raise SelfCheckError(
                     f"fxpool: the converted program differs from the original on the example {example.describe()} "
                     f"({check.mismatch}), although the rewritten graph matched it; please report it with the program"
                 )
-            traced = program_pools(result, shapes=True)
+            traced = programs.program_pools(result, shapes=True)
             assert report.check is not None
             compared = f"{report.check.compared}, and the re-exported program on the example {example.describe()}"
             report = replace(report, check=replace(report.check, compared=compared))
@@ -248,7 +212,7 @@ def explain(
     dynamic: bool = False,
 ) -> ConversionReport:
     """The report ``convert`` would produce (every pool, its replacement and why), without the converted model."""
-    if isinstance(model, ExportedProgram) or has_aten_pools(model):
+    if isinstance(model, ExportedProgram) or programs.has_aten_pools(model):
         return _convert_program(model, example_input, example_kwargs, dynamic)[1]
     return _convert(model, read_example(example_input, example_kwargs), dynamic)[1]
 
@@ -263,14 +227,12 @@ class _Round:
     check: SelfCheck
 
     def report(self) -> ConversionReport:
-        records = tuple(d.record for d in self.decisions if d.record is not None)
-        return ConversionReport(records, self.found.intercepted, check=self.check)
+        return ConversionReport(tuple(d.record for d in self.decisions), self.found.intercepted, check=self.check)
 
 
 @dataclass(frozen=True)
 class FrontEnd:
-    """What the pipeline needs to know of one kind of model: a fresh copy of it, its pool sites in that copy
-    (from the recording), and how to put the replacements in place there."""
+    """One kind of model: a fresh copy of it, its pool sites there (from the recording), and how to put replacements in place."""
 
     fresh_copy: Callable[[nn.Module], nn.Module]
     find: Callable[[nn.Module, Recording], FoundPools]
@@ -282,7 +244,7 @@ MODULES = FrontEnd(structural_copy, find_pools, build)
 
 def _graphs(scope: str) -> FrontEnd:
     """The front end of ATen-level graphs (fxpool.programs): their pool nodes, rewritten in a graph copy."""
-    return FrontEnd(graph_copy, functools.partial(find_graph_pools, scope=scope), put_in_graph)
+    return FrontEnd(programs.graph_copy, functools.partial(programs.find_graph_pools, scope=scope), programs.put_in_graph)
 
 
 def _convert(model: nn.Module, example: Example, dynamic: bool, front: FrontEnd = MODULES) -> tuple[nn.Module, ConversionReport]:
@@ -325,35 +287,35 @@ def _pipeline(model: nn.Module, example: Example, dynamic: bool, front: FrontEnd
             found = front.find(work, recording)
             decisions = tuple(decide(site, dynamic=dynamic, undone=undo.replacements.get(site.location)) for site in found.sites)
             built = front.put_in_place(work, found, decisions, fallback_device)
-            again = any(site.already is not None for site in found.sites)
-            check = _check(built.root, example, recording) if built.changed else _unchanged_check(bool(applied), again)
+            if built.changed:
+                export = recording.export_branch
+                check = self_check(built.root, example, recording.output, None if export is None else export.output)
+            else:
+                check = _unchanged_check(bool(applied), any(site.already is not None for site in found.sites))
             unrun = _unrun(decisions, check) if built.changed and check.status == "passed" else ()
             if unrun and undo.learn_unrun(unrun):
                 continue  # a replacement the example never reached: PyTorch's pool ran in its place
-            result = _Round(found, decisions, built.root, check.with_actions(applied))
+            result = _Round(found, decisions, built.root, replace(check, actions=applied))
             first = first or result
             if result.check.status != "failed":
                 break
             if not result.check.failed_replacements:
                 noise = noise or rounding_noise(model, example, recording.output)
                 if not noise.deterministic:
-                    result = _Round(first.found, first.decisions, first.converted, _inconclusive(first.check))
+                    result = replace(first, check=_inconclusive(first.check))
                     break
                 accepted = result.check.within_noise(noise)
                 if accepted is not None:  # the model's own rounding (TF32 downstream, say), not the conversion
-                    result = _Round(result.found, result.decisions, result.converted, accepted)
+                    result = replace(result, check=accepted)
                     break
-            if not undo.learn(result.check, result):
+            if not undo.learn(result):
                 break  # nothing left to undo: the last conversion stands, its check says failed
     return result.converted, result.report(), recording.output
 
 
 def _is_compiled(model: nn.Module) -> bool:
-    """``model`` is a ``torch.compile`` wrapper (``OptimizedModule``).
-
-    Only a process that compiled something holds one, and it has imported ``torch._dynamo`` then; asking
-    ``torch._dynamo`` directly would import it, 1-2 s of a fresh process's first conversion.
-    """
+    """``model`` is a ``torch.compile`` wrapper (``OptimizedModule``). Only a process that has imported
+    ``torch._dynamo`` holds one; importing it here would cost a fresh process's first conversion 1-2 s."""
     eval_frame = sys.modules.get("torch._dynamo.eval_frame")
     return eval_frame is not None and isinstance(model, eval_frame.OptimizedModule)
 
@@ -364,12 +326,7 @@ def _unrun(decisions: tuple[SiteDecision, ...], check: SelfCheck) -> tuple[str, 
     return tuple(d.site.location for d in decisions if d.replaced and not d.site.export_branch and d.site.location not in ran)
 
 
-def _check(converted: nn.Module, example: Example, recording: Recording) -> SelfCheck:
-    export = recording.export_branch
-    return self_check(converted, example, recording.output, None if export is None else export.output)
-
-
-def _unchanged_check(undone: bool = False, converted_before: bool = False) -> SelfCheck:
+def _unchanged_check(undone: bool, converted_before: bool) -> SelfCheck:
     if undone:
         return SelfCheck(
             "skipped",
@@ -382,23 +339,17 @@ def _unchanged_check(undone: bool = False, converted_before: bool = False) -> Se
 
 
 def _inconclusive(check: SelfCheck) -> SelfCheck:
-    return SelfCheck(
-        "inconclusive",
-        check.compared,
-        check.output_error,
-        check.output_tolerance,
-        check.replacements,
-        (check.mismatch or "") + "; the original itself gives other outputs on a second run of the "
-        "example (it is not deterministic), so the comparison cannot decide",
+    mismatch = (check.mismatch or "") + (
+        "; the original itself gives other outputs on a second run of the example (it is not deterministic), "
+        "so the comparison cannot decide"
     )
+    return replace(check, status="inconclusive", mismatch=mismatch, actions=())
 
 
 def _fallback_device(model: nn.Module) -> torch.device:
     """Where replacement constants go when the example is on the meta device: beside the weights."""
-    for tensor in list(model.parameters()) + list(model.buffers()):
-        if tensor.device.type != "meta":
-            return tensor.device
-    return torch.device("cpu")
+    devices = (t.device for t in itertools.chain(model.parameters(), model.buffers()) if t.device.type != "meta")
+    return next(devices, torch.device("cpu"))
 
 
 @dataclass
@@ -408,37 +359,37 @@ class _Undo:
     replacements: dict[str, str] = field(default_factory=dict)
     actions: list[str] = field(default_factory=list)
 
-    def learn_unrun(self, locations: tuple[str, ...]) -> bool:
-        """Undo replacements the example never reached; False where they were undone already."""
+    def _undo(self, locations: Iterable[str], why: str) -> bool:
+        """Undo the replacements at ``locations`` not undone yet, for ``why``; False where there were none."""
         fresh = [location for location in locations if location not in self.replacements]
-        why = (
-            "self-check: the example's run never reached this replacement (PyTorch's pool ran in its place), "
-            "so it was undone; please report this model"
-        )
         for location in fresh:
             self.replacements[location] = why
             self.actions.append(f"{location}: {why}")
         return bool(fresh)
 
-    def learn(self, check: SelfCheck, result: _Round) -> bool:
+    def learn_unrun(self, locations: tuple[str, ...]) -> bool:
+        """Undo replacements the example never reached; False where they were undone already."""
+        why = (
+            "self-check: the example's run never reached this replacement (PyTorch's pool ran in its place), "
+            "so it was undone; please report this model"
+        )
+        return self._undo(locations, why)
+
+    def learn(self, result: _Round) -> bool:
         """Record what to undo after a failed check; False when nothing is left to undo."""
+        check = result.check
+        for failed in check.failed_replacements:
+            why = (
+                f"self-check: this replacement differed from the native pool by {failed.max_error:.3g} "
+                f"(allowed {failed.tolerance:.3g}), so it was undone"
+            )
+            self._undo([failed.location], why)
         if check.failed_replacements:
-            for failed in check.failed_replacements:
-                why = (
-                    f"self-check: this replacement differed from the native pool by {failed.max_error:.3g} "
-                    f"(allowed {failed.tolerance:.3g}), so it was undone"
-                )
-                self.replacements[failed.location] = why
-                self.actions.append(f"{failed.location}: {why}")
             return True
         # Nothing pins the mismatch down: undo every replacement left, so that what is returned
         # is the original's function rather than a conversion known to differ.
-        left = [d.site.location for d in result.decisions if d.replaced and d.site.location not in self.replacements]
-        for location in left:
-            why = (
-                f"self-check: the converted model differed from the original ({check.mismatch}) and no "
-                f"single replacement could be blamed, so every replacement was undone"
-            )
-            self.replacements[location] = why
-            self.actions.append(f"{location}: {why}")
-        return bool(left)
+        why = (
+            f"self-check: the converted model differed from the original ({check.mismatch}) and no "
+            f"single replacement could be blamed, so every replacement was undone"
+        )
+        return self._undo((d.site.location for d in result.decisions if d.replaced), why)

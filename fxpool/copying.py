@@ -1,27 +1,14 @@
-"""Copies of a module tree that share its tensors, so fxpool can rewire modules without touching them.
+"""Copies of a module tree over the same tensors, so fxpool can rewire modules without touching the caller's.
 
-:func:`structural_copy` gives new module objects (and new ``_modules``/``_parameters``/``_buffers``/
-hook dicts) over the *same* parameter and buffer tensors: replacing a submodule of the copy never
-reaches the original, and no parameter memory is doubled. ``clone_buffers=True`` also clones the
-buffers, so a forward pass on the copy (batch-norm in train mode, say) cannot write the original's.
-
-A module is part of the tree wherever its parent holds it: registered (``_modules``), or in a plain
-attribute, a list, tuple or dict of them (:func:`held_modules`; transformers' UperNet calls its
-pyramid through such a list). Copies remap those references too, so a copy never calls the
-original's modules; :func:`module_paths` names them (``blocks[0]``) and :func:`substitute` swaps a
-module object for another wherever the tree holds it.
-
-A copy is a copy all through: an attribute that is a method bound to a module of the tree
-(``m.forward = types.MethodType(fwd, m)``) is bound to that module's copy, and an object that knows
-which modules it runs for (it has ``map_modules(fn)``, as an intercepted forward has) is asked for its
-copy, so a copy never runs the original's modules. :func:`has_hooks` and :func:`carry_hooks` let a
-module that stands in for another keep the hooks users registered on it.
+A module is part of the tree wherever its parent holds it: registered, or in a plain attribute, list, tuple
+or dict (transformers' UperNet calls its pyramid through a list). A copy is a copy all through: those
+references, methods bound to a module of the tree, and objects with ``map_modules(fn)`` (an intercepted
+forward) point into the copy, never at the original's modules.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
 import types
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -29,21 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-# Every per-module hook dict of nn.Module, forward and backward, state-dict hooks included.
-HOOK_DICTS = (
-    "_forward_hooks",
-    "_forward_hooks_with_kwargs",
-    "_forward_hooks_always_called",
-    "_forward_pre_hooks",
-    "_forward_pre_hooks_with_kwargs",
-    "_backward_hooks",
-    "_backward_pre_hooks",
-    "_is_full_backward_hook",
-    "_state_dict_hooks",
-    "_state_dict_pre_hooks",
-    "_load_state_dict_pre_hooks",
-    "_load_state_dict_post_hooks",
-)
+# Every per-module hook attribute of nn.Module, forward and backward, state-dict hooks included.
+HOOK_DICTS = tuple(name for name in vars(nn.Module()) if "hook" in name)
 # The hooks that change what a call computes or observes (state-dict hooks do not).
 CALL_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 
@@ -62,13 +36,10 @@ def structural_copy(module: nn.Module, *, clone_buffers: bool = False) -> nn.Mod
 
 
 def shallow_module_copy(module: nn.Module) -> nn.Module:
-    """A new object of the module's class with the same attribute values.
-
-    ``copy.copy`` goes through ``__reduce_ex__``, which parametrized modules (weight_norm,
-    spectral_norm, ``torch.nn.utils.parametrize``) refuse; only classes with their own ``__copy__``
-    use it (GraphModule builds its generated class anew there), and even then every attribute —
-    hooks and plain attributes, which GraphModule's ``__copy__`` drops — is carried over.
-    """
+    """A new object of the module's class with the same attribute values. Not ``copy.copy``, whose ``__reduce_ex__``
+    parametrized modules (weight_norm, ``torch.nn.utils.parametrize``) refuse, except for classes with their own
+    ``__copy__`` (GraphModule builds its generated class anew there), and then every attribute is carried over
+    too: GraphModule's ``__copy__`` drops hooks and plain attributes."""
     cls = type(module)
     if getattr(cls, "__copy__", None) is not None:
         graph = getattr(module, "graph", None)
@@ -93,50 +64,30 @@ def _copy(module: nn.Module, clone_buffers: bool, memo: dict[int, nn.Module]) ->
     new = shallow_module_copy(module)
     memo[id(module)] = new
     state = new.__dict__  # written directly: nn.Module.__setattr__ is slow, and nothing here needs it
+
+    def copied(held: nn.Module) -> nn.Module:
+        return _copy(held, clone_buffers, memo)
+
     for name, value in state.items():
-        if _runs_for_modules(value):
-            state[name] = _rebound(value, lambda held: _copy(held, clone_buffers, memo))
-            continue
-        if name in _MACHINERY or not _may_hold_modules(value):
+        if isinstance(value, types.MethodType) and isinstance(value.__self__, nn.Module):
+            state[name] = types.MethodType(value.__func__, copied(value.__self__))  # bound to the module's copy
+        elif not isinstance(value, (nn.Module, type, types.MethodType)) and callable(getattr(value, "map_modules", None)):
+            state[name] = value.map_modules(copied)  # an object that runs for modules it names makes its own copy
+        elif name in _MACHINERY or not isinstance(value, (nn.Module, list, tuple, dict)):
             # Hook dicts, the buffer-name set and friends would otherwise be shared with the original.
             if isinstance(value, (dict, set, list)):
                 state[name] = value.copy()
-            continue
-        state[name] = _map_modules(value, lambda held: _copy(held, clone_buffers, memo), 0)
-    state["_modules"] = {
-        name: None if child is None else _copy(child, clone_buffers, memo) for name, child in module._modules.items()
-    }
+        else:
+            state[name] = _map_modules(value, copied, 0)
+    state["_modules"] = {name: None if child is None else copied(child) for name, child in module._modules.items()}
     if clone_buffers:
         state["_buffers"] = {name: None if b is None else b.detach().clone() for name, b in module._buffers.items()}
     return new
 
 
-def _runs_for_modules(value: object) -> bool:
-    """A method bound to a module, or an object that runs for modules it names (``map_modules``)."""
-    if isinstance(value, types.MethodType):
-        return isinstance(value.__self__, nn.Module)
-    return not isinstance(value, (nn.Module, type)) and callable(getattr(value, "map_modules", None))
-
-
-def _rebound(value: Any, fn: Callable[[nn.Module], nn.Module]) -> Any:
-    """``value`` for the copy: a bound method bound to its module's copy, or the object's own copy."""
-    if isinstance(value, types.MethodType):
-        owner = value.__self__
-        assert isinstance(owner, nn.Module)
-        return types.MethodType(value.__func__, fn(owner))
-    return value.map_modules(fn)
-
-
-def _may_hold_modules(value: object) -> bool:
-    return isinstance(value, (nn.Module, list, tuple, dict))
-
-
 def _map_modules(value: Any, fn: Callable[[nn.Module], nn.Module], depth: int) -> Any:
-    """``value`` with every module ``m`` inside it (in lists, tuples and dicts) replaced by ``fn(m)``.
-
-    Containers are rebuilt where something inside changed and kept otherwise (lists and dicts are
-    always new, so the caller owns them).
-    """
+    """``value`` with every module ``m`` inside it (in lists, tuples and dicts) replaced by ``fn(m)``; containers
+    are rebuilt where something inside changed and kept otherwise (lists and dicts are always new)."""
     if isinstance(value, nn.Module):
         return fn(value)
     if depth >= _MAX_NESTING or not isinstance(value, (list, tuple, dict)) or len(value) > _MAX_CONTAINER:
@@ -159,54 +110,34 @@ def _map_modules(value: Any, fn: Callable[[nn.Module], nn.Module], depth: int) -
     return make(mapped) if make is not None else value
 
 
-def held_modules(module: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The modules ``module`` holds in plain attributes rather than registered, each with its name there.
-
-    Names read as Python would reach them: ``head``, ``blocks[0]``, ``branches['low']``. torch.nn's own
-    classes register every module they hold, so their attributes are not searched.
-    """
-    found: list[tuple[str, nn.Module]] = []
-    if _registers_all(type(module)):  # type: ignore[arg-type]  # nn.Module's __hash__ typing
-        return found
-    for name, value in module.__dict__.items():
-        if name not in _MACHINERY and _may_hold_modules(value):
-            _collect_modules(value, name, 0, found)
-    return found
-
-
-@functools.cache
-def _registers_all(cls: type) -> bool:
-    return cls.__module__.startswith("torch.nn.modules.")
-
-
-def _collect_modules(value: Any, path: str, depth: int, found: list[tuple[str, nn.Module]]) -> None:
+def _modules_in(value: Any, path: str, depth: int = 0) -> list[tuple[str, nn.Module]]:
+    """The modules inside ``value`` (itself one, or in nested lists, tuples and dicts), each with its path."""
     if isinstance(value, nn.Module):
-        found.append((path, value))
-    elif depth < _MAX_NESTING and isinstance(value, (list, tuple, dict)) and len(value) <= _MAX_CONTAINER:
-        items = value.items() if isinstance(value, dict) else enumerate(value)
-        for key, item in items:
-            _collect_modules(item, f"{path}[{key!r}]", depth + 1, found)
+        return [(path, value)]
+    if depth >= _MAX_NESTING or not isinstance(value, (list, tuple, dict)) or len(value) > _MAX_CONTAINER:
+        return []
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    return [found for key, item in items for found in _modules_in(item, f"{path}[{key!r}]", depth + 1)]
 
 
 def children(module: nn.Module) -> list[tuple[str, nn.Module]]:
-    """Every module ``module`` holds directly: its registered children, then those in plain attributes.
-
-    A module registered and also held in a list (``add_module`` beside ``self.blocks.append``) is
-    listed once, under its registered name.
-    """
+    """Every module ``module`` holds directly: its registered children, then those in plain attributes, named as
+    Python reaches them (``blocks[0]``, ``branches['low']``); one registered and also held in a list is listed once,
+    under its registered name. torch.nn's own classes register all they hold: their attributes are not searched."""
     registered = [(name, child) for name, child in module._modules.items() if child is not None]
+    if type(module).__module__.startswith("torch.nn.modules."):
+        return registered
     seen = {id(child) for _, child in registered}
-    return registered + [(name, held) for name, held in held_modules(module) if id(held) not in seen]
+    held = [found for name, value in module.__dict__.items() if name not in _MACHINERY for found in _modules_in(value, name)]
+    return registered + [(name, found) for name, found in held if id(found) not in seen]
 
 
-def substitute(root: nn.Module, swaps: Mapping[nn.Module, nn.Module]) -> int:
-    """Make every module of ``root``'s tree that holds a key of ``swaps`` hold its value instead; returns
-    how many references changed. Registered children and plain attributes are all searched, in one walk;
-    ``root`` itself is the caller's to replace."""
+def substitute(root: nn.Module, swaps: Mapping[nn.Module, nn.Module]) -> None:
+    """Make every module of ``root``'s tree that holds a key of ``swaps`` (registered or in a plain attribute)
+    hold its value instead; ``root`` itself is the caller's to replace."""
     by_id = {id(old): new for old, new in swaps.items()}
     if not by_id:
-        return 0
-    changed = 0
+        return
     seen: set[int] = set()
     pending = [root]
     while pending:
@@ -217,31 +148,15 @@ def substitute(root: nn.Module, swaps: Mapping[nn.Module, nn.Module]) -> int:
         for name, child in module._modules.items():
             if child is not None and id(child) in by_id:
                 module._modules[name] = by_id[id(child)]
-                changed += 1
         for name, value in list(module.__dict__.items()):
-            if name in _MACHINERY or not _may_hold_modules(value) or not _holds(value, by_id, 0):
-                continue
-            module.__dict__[name] = _map_modules(value, lambda held: by_id.get(id(held), held), 0)
-            changed += 1
+            if name not in _MACHINERY and any(id(held) in by_id for _, held in _modules_in(value, name)):
+                module.__dict__[name] = _map_modules(value, lambda held: by_id.get(id(held), held), 0)
         pending += [child for _, child in children(module)]
-    return changed
-
-
-def _holds(value: Any, targets: Mapping[int, nn.Module], depth: int) -> bool:
-    if isinstance(value, nn.Module):
-        return id(value) in targets
-    if depth >= _MAX_NESTING or not isinstance(value, (list, tuple, dict)) or len(value) > _MAX_CONTAINER:
-        return False
-    items = value.values() if isinstance(value, dict) else value
-    return any(_holds(item, targets, depth + 1) for item in items)
 
 
 def tree_index(root: nn.Module) -> tuple[list[nn.Module], dict[int, list[str]]]:
-    """Every module of ``root``'s tree once, ``root`` first, and every qualified name of each, by id.
-
-    A module shared by two parents has two names; modules held in plain attributes are named as
-    Python reaches them (``psp.blocks[0]``).
-    """
+    """Every module of ``root``'s tree once, ``root`` first, and every qualified name of each, by id (a module
+    shared by two parents has two; those held in plain attributes are named as Python reaches them: ``psp.blocks[0]``)."""
     modules: dict[int, nn.Module] = {}
     paths: dict[int, list[str]] = {}
 
@@ -261,21 +176,8 @@ def tree_modules(root: nn.Module) -> list[nn.Module]:
     return tree_index(root)[0]
 
 
-def module_paths(root: nn.Module) -> dict[int, list[str]]:
-    """Every qualified name of every module below ``root``, by module id (a shared module has several)."""
-    return tree_index(root)[1]
-
-
-def has_hooks(module: nn.Module) -> bool:
-    """True when a hook is registered on the module itself for its calls (forward or backward)."""
-    return any(getattr(module, name, None) for name in CALL_HOOK_DICTS)
-
-
 def carry_hooks(source: nn.Module, target: nn.Module) -> None:
-    """Give ``target`` copies of every hook dict of ``source``, so its calls run the same hooks.
-
-    The hooks then receive ``target`` as their module argument.
-    """
+    """Give ``target`` copies of every hook dict of ``source``: its calls run the same hooks (with ``target`` as module)."""
     for name in HOOK_DICTS:
         value = getattr(source, name, None)
         if value:

@@ -1,12 +1,7 @@
-"""Decide: one decision and one report record per pool site.
+"""Decide: one :class:`~fxpool.guards.PoolDecision` and one :class:`~fxpool.report.PoolRecord` per pool site.
 
-:func:`decide` reads a :class:`~fxpool.finding.PoolSite` as planning sees a pool (a
-:class:`~fxpool.guards.PoolSighting`: how it is written and the sizes of each run), asks
-:func:`~fxpool.guards.decide_pool` for its one :class:`~fxpool.guards.PoolDecision`, and writes
-the :class:`~fxpool.report.PoolRecord` users read. A site that must stay where it is
-(``site.left``) or whose replacement an earlier self-check undid is left, with that reason; one of
-fxpool's own replacements (``site.already``) is recorded as converted, and nothing is built for it.
-Nothing here builds or changes a module.
+A site that must stay (``site.left``) or whose replacement an earlier self-check undid is left with that
+reason; fxpool's own replacements (``site.already``) are recorded as converted. Nothing here builds.
 """
 
 from __future__ import annotations
@@ -55,10 +50,7 @@ class SiteDecision:
 
 
 def decide(site: PoolSite, *, dynamic: bool, undone: str | None = None) -> SiteDecision:
-    """Decide one site: its own reason to stay, an earlier undo, or planning's guards and rules.
-
-    ``undone`` is why an earlier round of the self-check undid this site's replacement.
-    """
+    """Decide one site: its own reason to stay, an earlier undo (``undone``: why), or planning's guards and rules."""
     if site.already is not None:
         decision = PoolDecision("left", "converted by an earlier fxpool.convert; kept as it is")
     elif site.left is not None:
@@ -82,27 +74,18 @@ def requested_sizes(call: PoolCall, event: PoolEvent, location: str) -> tuple[in
 
 def sighting(call: PoolCall, events: tuple[PoolEvent, ...], location: str) -> PoolSighting:
     """What planning needs to know of a pool: its family, its runs' sizes and the size it asks for."""
-    if not events:
-        return PoolSighting(call.family, (), None, call.return_indices, call.dynamic_output_size)
-    dims = events[0].spatial_dims
-    return PoolSighting(
-        call.family,
-        tuple((e.input_shape[-dims:], e.output_shape[-dims:]) for e in events),
-        requested_sizes(call, events[0], location),
-        call.return_indices,
-        call.dynamic_output_size,
-        events[0].quantized,
-    )
+    dims = events[0].spatial_dims if events else 0
+    runs = tuple((e.input_shape[-dims:], e.output_shape[-dims:]) for e in events)
+    requested = requested_sizes(call, events[0], location) if events else None
+    quantized = bool(events) and events[0].quantized
+    return PoolSighting(call.family, runs, requested, call.return_indices, call.dynamic_output_size, quantized)
 
 
 def _record(site: PoolSite, decision: PoolDecision) -> PoolRecord:
     call, plan = site.call, decision.plan
     event = site.events[0] if site.events else None
     converted = decision.action != "left" or site.already is not None
-    if site.already is not None:
-        replacement, kind = site.already, "already converted"
-    else:
-        replacement, kind = replacement_of(decision)
+    replacement, kind = replacement_of(decision) if site.already is None else (site.already, "already converted")
     output_size = "?" if event is None and call.output_size is None else call.requested
     if call.output_size is None and not call.dynamic_output_size and event is not None:
         output_size = f"scale_factor: {event.output_shape[-event.spatial_dims :]}"

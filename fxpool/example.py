@@ -1,11 +1,7 @@
-"""The example input: how it is read, how the model is called on it, and how it is run.
+"""The example input: read as ``torch.onnx.export`` reads ``args`` and ``kwargs``, called, and run.
 
-fxpool reads an example exactly as ``torch.onnx.export`` reads ``args`` and ``kwargs``: a tuple is
-the positional arguments and anything else is the one positional argument; when no ``kwargs`` are
-given, a dict at the end of the tuple holds the keyword arguments (so a model taking a dict
-positionally is given ``(batch, {})``, torch.onnx's own spelling). :func:`example_run` is the
-side-effect-free way every example pass runs: ``torch.no_grad()`` with torch's and Python's random
-generators forked.
+A tuple is the positional arguments and anything else the one positional argument; without ``kwargs``,
+a dict ending the tuple holds the keyword arguments (``(batch, {})`` passes a dict positionally).
 """
 
 from __future__ import annotations
@@ -13,7 +9,7 @@ from __future__ import annotations
 import inspect
 import random
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,13 +36,11 @@ class Example:
     def tensors_in_signature_order(
         self, function: Callable[..., Any], *, defaults_as_inputs: bool = False
     ) -> list[tuple[str, torch.Tensor]]:
-        """Each tensor with the name of the parameter it is passed as, in ``function``'s parameter order.
+        """Each tensor with the name of the parameter it is passed as, in ``function``'s parameter order (as both
+        ONNX exporters order keyword arguments; a container's tensors in flattening order under its name).
 
-        Both ONNX exporters order keyword arguments by the signature, not by the dict; a parameter
-        holding a container gives its tensors in flattening order under the parameter's name. With
-        ``defaults_as_inputs``, parameters the example leaves out take their defaults and Python
-        numbers count as 0-d tensors, as the TorchScript exporter makes graph inputs of them when
-        keyword arguments are given.
+        With ``defaults_as_inputs``, parameters the example leaves out take their defaults and Python numbers
+        count as 0-d tensors, as the TorchScript exporter makes graph inputs of them when keyword arguments are given.
         """
         try:
             bound = inspect.signature(function).bind(*self.args, **self.kwargs)
@@ -93,17 +87,12 @@ def read_example(example_input: Any, kwargs: Mapping[str, Any] | None = None) ->
 
 @contextmanager
 def example_run(example: Example) -> Iterator[None]:
-    """No gradients, and every random generator the model may draw from restored afterwards.
-
-    Each example run starts from the caller's current RNG state, so two runs draw the same dropout
-    masks; the caller's state is unchanged afterwards.
-    """
+    """No gradients, and every random generator the model may draw from forked: each run starts from the
+    caller's current state (two runs draw the same dropout masks), which is unchanged afterwards."""
     devices = sorted({t.device.index or 0 for t in example.tensors() if t.device.type == "cuda"})
     python_state = random.getstate()
     try:
-        with ExitStack() as stack:
-            stack.enter_context(torch.random.fork_rng(devices=devices))
-            stack.enter_context(torch.no_grad())
+        with torch.random.fork_rng(devices=devices), torch.no_grad():
             yield
     finally:
         random.setstate(python_state)
@@ -111,9 +100,7 @@ def example_run(example: Example) -> Iterator[None]:
 
 def _scalar_dtype(number: bool | int | float) -> torch.dtype:
     """What the TorchScript exporter makes of a Python number it turns into a graph input."""
-    if isinstance(number, bool):
-        return torch.bool
-    return torch.int64 if isinstance(number, int) else torch.float64
+    return torch.bool if isinstance(number, bool) else torch.int64 if isinstance(number, int) else torch.float64
 
 
 def _describe(value: Any) -> str:

@@ -1,27 +1,13 @@
-"""Find: every adaptive pool of a model copy, where it is called from, and what the recording saw of it.
+"""Find: every adaptive pool of a model copy, from the recording against its module tree (no trace).
 
-:func:`find_pools` reads the recording against the copy's module tree (registered children and modules
-held in plain lists and attributes alike, :func:`~fxpool.copying.tree_index`); nothing is traced.
-Every pool becomes one :class:`PoolSite`:
-
-- a pool module, known by its object: swapped wherever the tree holds it. Called at several spatial
-  sizes, it is one site per size (``name#k``), which building gathers into one table;
-- a functional call (``F.adaptive_avg_pool2d``, an area ``interpolate``, a pool module held by a plain
-  Python object), one site per call as written and input size in the forward of the module that makes
-  it (``owner:op#k``): building intercepts that forward (:mod:`fxpool.intercepting`), so no trace is
-  needed and the forward's own code (``self.training``, data-dependent control flow) runs as it is;
-- a pool inside a TorchScript module: it stays as it is, and the site says why;
-- one of fxpool's own replacements (a converted model converted again): already converted.
-
-A pool the example runs only in the export branch (code asking ``torch.onnx.is_in_onnx_export()``)
-is a site of its own (``export_branch``). Nothing here decides or changes anything.
+Sites: a pool module (``name``; ``name#k`` per size where called at several), a functional call per call
+as written and input size in its owner's forward (``owner:op#k``), a pool inside TorchScript (left, with
+why), fxpool's own replacements (already converted); ``@export`` ends a pool only the export branch runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
@@ -29,6 +15,7 @@ from torch import nn
 from .calls import POOL_CLASS_NAMES, PoolCall, normalize_output_size
 from .copying import tree_index
 from .errors import PoolCallError
+from .proving import jit_nodes
 from .recording import PoolEvent, Recording
 from .steps import PoolFamily
 
@@ -99,21 +86,14 @@ def find_pools(root: nn.Module, recording: Recording) -> FoundPools:
     for name, module_events in by_module.items():
         sites += _module_sites(name, by_name[name], module_events, export_only)
     counts: dict[str, int] = {}
-    for (owner, call, size), call_events in by_call.items():
+    for (owner, call, size), runs in by_call.items():
         k = counts[owner] = counts.get(owner, -1) + 1
-        branch = all(id(e) in export_only for e in call_events)
+        branch = all(id(e) in export_only for e in runs)
         location = f"{owner or '<root>'}:{call.op}#{k}" + (EXPORT_SUFFIX if branch else "")
-        eager = [e for e in call_events if id(e) not in export_only]
+        calls = sum(id(e) not in export_only for e in runs) or len(runs)  # a call of the export branch alone: its runs there
         sites.append(
             PoolSite(
-                location,
-                call,
-                tuple(call_events),
-                owner=by_name[owner],
-                owner_name=owner,
-                size=size,
-                export_branch=branch,
-                calls=len(eager) if not branch else len(call_events),
+                location, call, tuple(runs), owner=by_name[owner], owner_name=owner, size=size, export_branch=branch, calls=calls
             )
         )
     inside: set[int] = set()  # modules of a TorchScript module already read
@@ -127,27 +107,16 @@ def find_pools(root: nn.Module, recording: Recording) -> FoundPools:
 def _module_sites(name: str, module: nn.Module, events: list[PoolEvent], export_only: set[int]) -> list[PoolSite]:
     """A pool module's site, or one per spatial size where it is called at several."""
     call = events[0].call
-    eager = [e for e in events if id(e) not in export_only]
     sizes = list(dict.fromkeys(_spatial(e) for e in events))
-    where = name or "<root>"
     if len(sizes) == 1 or _same_at_every_size(call):
-        branch = not eager
-        return [
-            PoolSite(
-                where + (EXPORT_SUFFIX if branch else ""),
-                call,
-                tuple(events),
-                module=module,
-                export_branch=branch,
-                calls=len(eager),
-            )
-        ]
+        groups: list[tuple[str, tuple[int, ...] | None, list[PoolEvent]]] = [("", None, events)]
+    else:
+        groups = [(f"#{k}", size, [e for e in events if _spatial(e) == size]) for k, size in enumerate(sizes)]
     sites = []
-    for k, size in enumerate(sizes):
-        at_size = [e for e in events if _spatial(e) == size]
+    for suffix, size, at_size in groups:
         branch = all(id(e) in export_only for e in at_size)
+        location = (name or "<root>") + suffix + (EXPORT_SUFFIX if branch else "")
         calls = sum(id(e) not in export_only for e in at_size)
-        location = f"{where}#{k}" + (EXPORT_SUFFIX if branch else "")
         sites.append(PoolSite(location, call, tuple(at_size), module=module, size=size, export_branch=branch, calls=calls))
     return sites
 
@@ -158,7 +127,16 @@ def _same_at_every_size(call: PoolCall) -> bool:
     return call.output_size is not None and all(size in (1, None) for size in call.output_size)
 
 
+_SCRIPTED = (
+    "inside a TorchScript (torch.jit.script) submodule, which fxpool can neither see into nor rewrite; "
+    "script it after converting instead"
+)
+
+
 def _scripted(module: torch.jit.ScriptModule, name: str) -> list[PoolSite]:
+    """Every pool of a TorchScript module, each a site left with the reason, so a scripted pool is never
+    unreported: its pool modules by class, then the functional calls of its inlined graph (which holds the
+    pool modules' calls too, first)."""
     sites = []
     for sub_name, sub in module.named_modules():
         class_name = getattr(sub, "original_name", None)
@@ -170,43 +148,17 @@ def _scripted(module: torch.jit.ScriptModule, name: str) -> list[PoolSite]:
             output_size = normalize_output_size(getattr(sub, "output_size", None), dims, class_name)
         except PoolCallError:
             output_size = None
-        reason = (
-            "inside a TorchScript (torch.jit.script) submodule, which fxpool can neither see into nor rewrite; "
-            "script it after converting instead"
-        )
         call = PoolCall(family, dims, f"nn.{class_name}", "module", output_size)
         location = ".".join(part for part in (name, sub_name) if part) or "<root>"
-        sites.append(PoolSite(location, call, (), left=reason))
-    return sites + _scripted_calls(module, name, len(sites))
-
-
-def _scripted_calls(module: torch.jit.ScriptModule, name: str, pool_modules: int) -> list[PoolSite]:
-    """Functional pool calls in the TorchScript code of ``module`` (its inlined graph holds the pool
-    modules' calls too, found by class above): each a site left with the reason, so a scripted pool is
-    never unreported."""
-    reason = (
-        "a functional call inside a TorchScript (torch.jit.script) submodule, which fxpool can neither see "
-        "into nor rewrite; script it after converting instead"
-    )
+        sites.append(PoolSite(location, call, (), left=_SCRIPTED))
     graph = getattr(module, "inlined_graph", None)
-    if graph is None:
-        return []
-    ops = [n.kind().split("::")[-1] for n in _all_nodes(graph.nodes()) if "adaptive_" in n.kind() and "pool" in n.kind()]
-    sites = []
+    nodes = [] if graph is None else list(jit_nodes(graph.nodes()))
+    ops = [n.kind().split("::")[-1] for n in nodes if "adaptive_" in n.kind() and "pool" in n.kind()]
+    pool_modules = len(sites)
     for index, op in enumerate(ops[pool_modules:]):
-        family: PoolFamily = "max" if "max" in op else "avg"
-        dims = int(op[-2]) if op[-2].isdigit() else 2
-        call = PoolCall(family, dims, f"torch.{op}", "functional", None)
-        sites.append(PoolSite(f"{name or '<root>'}:{op}#{index}", call, (), left=reason))
+        call = PoolCall("max" if "max" in op else "avg", int(op[-2]) if op[-2].isdigit() else 2, f"torch.{op}", "functional", None)
+        sites.append(PoolSite(f"{name or '<root>'}:{op}#{index}", call, (), left=f"a functional call {_SCRIPTED}"))
     return sites
-
-
-def _all_nodes(nodes: Any) -> Iterator[Any]:
-    """TorchScript graph nodes, those inside if/loop blocks too."""
-    for node in nodes:
-        yield node
-        for block in node.blocks():
-            yield from _all_nodes(block.nodes())
 
 
 def _spatial(event: PoolEvent) -> tuple[int, ...]:
@@ -215,4 +167,4 @@ def _spatial(event: PoolEvent) -> tuple[int, ...]:
 
 def _call_key(event: PoolEvent) -> tuple[object, ...]:
     """What makes two recorded calls the same call: where it is made, and its sizes."""
-    return (event.call, event.module_name, event.source, tuple(n for n, _ in event.scope), event.input_shape, event.output_shape)
+    return (event.call, event.module_name, event.source, event.scope, event.input_shape, event.output_shape)

@@ -1,28 +1,16 @@
-"""What a tracer sees of a converted model: the native adaptive pool operators left in it.
+"""The proof: the native adaptive pool operators a tracer still sees in a converted model.
 
-``convert`` claims a model "stands alone" (plain ``torch.onnx.export``/``torch.export`` of it give the
-exact graph) from what a tracer saw, not from what it meant to do. :func:`traced_pools` traces the
-converted model once on the example the way the TorchScript ONNX exporter does — ``torch.jit.trace``
-with ``torch.onnx.is_in_onnx_export()`` true, the strictest of the tracers: sizes a forward reads off
-its input are traced values there — and lists every adaptive pool operator of the graph
-(``aten::adaptive_avg_pool2d``, ``aten::_adaptive_avg_pool3d``, ``aten::adaptive_max_pool1d``...),
-whatever spelling made it: a module, ``F.*``, ``torch.ops.aten.*``, ``interpolate(mode="area")``.
-Where the TorchScript tracer cannot trace the model (outputs it cannot hold, say), the model runs once
-under a ``TorchDispatchMode`` that sees every ATen operator — what ``torch.export`` and the dynamo
-exporter record — with the replacements in their traced forms. The result names the tracer.
-
-Nothing of the caller's changes: buffers are cloned for the run, no gradients, the random generators
-forked (the self-check's rules).
+The strictest tracer: ``torch.jit.trace`` with ``torch.onnx.is_in_onnx_export()`` true, as the TorchScript
+exporter traces; where it cannot trace the model, one run under a ``TorchDispatchMode`` that sees the ATen
+operators ``torch.export`` records, the replacements in their traced forms.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import warnings
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -31,18 +19,17 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .calls import ATEN_FORMS
-from .checking import buffers_cloned
-from .copying import tree_modules
-from .errors import error_summary
-from .example import Example, example_run
+from .checking import isolated_run
+from .example import Example
 from .globalstate import export_flag
 from .report import ConversionReport, PoolRecord
 from .sizechecks import traced_forms
 
 JIT_TRACER = "torch.jit.trace (tracing as the TorchScript ONNX exporter does)"
 DISPATCH_TRACER = "an ATen dispatch run (the operators torch.export records)"
-# The ATen names of the adaptive pools, as TorchScript graphs spell their node kinds.
-_JIT_KINDS = {f"aten::{str(op).split('.')[1]}": form for op, form in ATEN_FORMS.items()}
+# The ATen names of the adaptive pools, as TorchScript graphs spell their node kinds, by operator.
+_KINDS = {op: f"aten::{str(op).split('.')[1]}" for op in ATEN_FORMS}
+_JIT_KINDS = {kind: ATEN_FORMS[op] for op, kind in _KINDS.items()}
 
 
 @dataclass(frozen=True)
@@ -58,69 +45,51 @@ class NativePool:
 
 @dataclass(frozen=True)
 class TracedPools:
-    """The native pools a tracer found, and which tracer (with why it was the fallback, where it was)."""
+    """The native pools a tracer found, and which tracer."""
 
     tracer: str
     pools: tuple[NativePool, ...]
-    note: str = ""
 
 
 def traced_pools(model: nn.Module, example: Example) -> TracedPools:
-    """Trace ``model`` on ``example`` and list the native adaptive pool operators in what the tracer saw.
-
-    ``tracer`` is "" where neither tracer could run the model (one that raises under the export flag, as
-    its original does): nothing was proven then.
-    """
-    try:
+    """The native adaptive pool operators a tracer sees in ``model`` run on ``example``; ``tracer`` is "" where
+    neither could run it (one that raises under the export flag, as its original does): nothing was proven then."""
+    with contextlib.suppress(Exception):  # the tracer's limits (dict outputs with strings, data-dependent code...)
         return TracedPools(JIT_TRACER, _jit_pools(model, example))
-    except Exception as error:  # the tracer's limits (dict outputs with strings, data-dependent code...)
-        note = f"torch.jit.trace could not trace the model ({error_summary(error)[:200]})"
-    try:
-        return TracedPools(DISPATCH_TRACER, _dispatched_pools(model, example), note)
-    except Exception as error:
-        return TracedPools("", (), f"{note}; the ATen dispatch run raised too ({error_summary(error)[:200]})")
+    with contextlib.suppress(Exception):
+        return TracedPools(DISPATCH_TRACER, _dispatched_pools(model, example))
+    return TracedPools("", ())
 
 
 @contextlib.contextmanager
-def _side_effect_free(model: nn.Module, example: Example) -> Iterator[None]:
-    with ExitStack() as stack:
-        stack.enter_context(buffers_cloned(tree_modules(model)))
-        stack.enter_context(example_run(example))
-        stack.enter_context(contextlib.redirect_stderr(io.StringIO()))  # a failing GraphModule prints its code
-        stack.enter_context(warnings.catch_warnings())
-        warnings.simplefilter("ignore")  # the tracer's TracerWarnings are about the model, not for the user here
+def _traced_run(model: nn.Module, example: Example) -> Iterator[None]:
+    """The check's isolated run, with the export flag up and the tracers' warnings (about the model) held back."""
+    with isolated_run(model, example), export_flag(True), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         yield
 
 
 def _jit_pools(model: nn.Module, example: Example) -> tuple[NativePool, ...]:
-    with _side_effect_free(model, example), export_flag(True):
-        traced = torch.jit.trace(
-            model,
-            example.args if example.args else (),
-            strict=False,
-            check_trace=False,
-            example_kwarg_inputs=dict(example.kwargs) or None,
-        )
-    graph = traced.inlined_graph
+    with _traced_run(model, example):
+        kwargs = dict(example.kwargs) or None
+        traced = torch.jit.trace(model, example.args, strict=False, check_trace=False, example_kwarg_inputs=kwargs)
     found = []
-    for node in _nodes(graph.nodes()):
+    for node in jit_nodes(traced.inlined_graph.nodes()):
         form = _JIT_KINDS.get(node.kind())
         if form is None:
             continue
         inputs, outputs = list(node.inputs()), list(node.outputs())
-        found.append(
-            NativePool(
-                node.kind(), form.family, _scope(node.scopeName()), _shape(inputs[0]), _shape(outputs[0]) if outputs else None
-            )
-        )
+        in_shape, out_shape = _shape(inputs[0]), (_shape(outputs[0]) if outputs else None)
+        found.append(NativePool(node.kind(), form.family, _scope(node.scopeName()), in_shape, out_shape))
     return tuple(found)
 
 
-def _nodes(nodes: Any) -> Iterator[Any]:
+def jit_nodes(nodes: Any) -> Iterator[Any]:
+    """TorchScript graph nodes, those inside if/loop blocks too."""
     for node in nodes:
         yield node
         for block in node.blocks():
-            yield from _nodes(block.nodes())
+            yield from jit_nodes(block.nodes())
 
 
 def _scope(scope_name: str) -> str:
@@ -145,21 +114,14 @@ class _RecordPools(TorchDispatchMode):
         if form is not None:
             x = args[0] if args else None
             values = result[0] if isinstance(result, tuple) else result
-            self.found.append(
-                NativePool(
-                    f"aten::{str(func).split('.')[1]}",
-                    form.family,
-                    "",
-                    tuple(x.shape) if isinstance(x, torch.Tensor) else None,
-                    tuple(values.shape) if isinstance(values, torch.Tensor) else None,
-                )
-            )
+            in_shape, out_shape = (tuple(t.shape) if isinstance(t, torch.Tensor) else None for t in (x, values))
+            self.found.append(NativePool(_KINDS[func], form.family, "", in_shape, out_shape))
         return result
 
 
 def _dispatched_pools(model: nn.Module, example: Example) -> tuple[NativePool, ...]:
     recorder = _RecordPools()
-    with _side_effect_free(model, example), export_flag(True), traced_forms(), recorder:
+    with _traced_run(model, example), traced_forms(), recorder:
         example.call(model)
     return tuple(recorder.found)
 

@@ -1,22 +1,12 @@
 """One side-effect-free forward pass that records every adaptive pool call with its sizes.
 
-:func:`record_pool_calls` runs the model once on the example input, on a :func:`structural_copy`
-with cloned buffers, under :func:`~fxpool.example.example_run` (``torch.no_grad()``, torch's and Python's random
-generators forked), so the caller's parameters, buffers (batch-norm running stats), training
-flags and random state stay bit-identical. Module
-hooks keep a stack of the modules being run; a ``TorchFunctionMode`` sees every functional pool
-call, even inside code torch.fx cannot trace. Each call becomes a :class:`PoolEvent`, in
-execution order. Hooks go on every module of the tree, those held in plain lists and attributes
-too (:func:`~fxpool.copying.tree_modules`), so a pool module is known by its object wherever it is
-called from.
-
-Where the model asks ``torch.onnx.is_in_onnx_export()``, it is recorded a second time with the
-question answered true (:attr:`Recording.export_branch`), so the pools that run only under export
-are known as well as those that run in eager.
+It runs on a copy with cloned buffers under :func:`~fxpool.example.example_run`. Hooks on every module of
+the tree keep a stack of the modules running; a ``TorchFunctionMode`` sees every functional pool call.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 from contextlib import ExitStack
@@ -26,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import TreeSpec, tree_flatten, tree_map
+from torch.utils._pytree import tree_map
 
 from .calls import PoolCall, describe_function, describe_module, is_pool_function
 from .copying import structural_copy, tree_index
@@ -38,8 +28,7 @@ from .steps import PoolFamily
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep  # with the separator: torchvision is not torch
 _FXPOOL_DIR = os.path.dirname(__file__) + os.sep
 
-Scope = tuple[tuple[str, int], ...]
-CallShape = tuple[tuple[bool, ...], frozenset[tuple[str, bool]]]  # (positional is None, (keyword, is None))
+Scope = tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -48,7 +37,7 @@ class PoolEvent:
 
     call: PoolCall
     module_name: str | None  # the pool module's qualified name; None for functional calls
-    scope: Scope  # (qualified name, invocation number) of each module running, outermost first
+    scope: Scope  # the qualified name of each module running, outermost first
     input_shape: tuple[int, ...]
     output_shape: tuple[int, ...]
     dtype: torch.dtype
@@ -64,7 +53,7 @@ class PoolEvent:
     @property
     def innermost(self) -> str:
         """The qualified name of the module whose forward made the call."""
-        return self.scope[-1][0]
+        return self.scope[-1]
 
 
 @dataclass
@@ -72,111 +61,64 @@ class Recording:
     """What the forward pass saw."""
 
     events: list[PoolEvent] = field(default_factory=list)
-    invocations: dict[str, int] = field(default_factory=dict)  # module name -> times called
     output: Any = None  # the model's output on the example, detached, for the self-check
-    # The structure of each module's output where it is a class of its own (a ModelOutput, say),
-    # which torch.fx would trace as a plain dict: module name -> TreeSpec.
-    output_specs: dict[str, TreeSpec] = field(default_factory=dict)
-    # The same run with torch.onnx.is_in_onnx_export() answering True, where the model asked it.
+    # The same run with torch.onnx.is_in_onnx_export() answering True, where the model asked it (and
+    # that run did not raise).
     export_branch: Recording | None = None
-    export_branch_error: str | None = None  # why that run could not be made (its error)
     asks_export_flag: bool = False  # the model asked torch.onnx.is_in_onnx_export() in this run
-    # How each module was called: per call, which positional arguments were None and which keyword
-    # arguments were passed (None or not), so a module traced on its own is traced for its calls.
-    call_shapes: dict[str, set[CallShape]] = field(default_factory=dict)
-
-    def within(self, name: str) -> list[PoolEvent]:
-        """Events made by the module ``name`` or by modules below it (every event for the root ``""``).
-
-        "Below" goes by qualified name, not by what ran: a ModuleList or ModuleDict is never called
-        itself, yet the pools it holds are below it.
-        """
-        if not name:
-            return list(self.events)
-        return list(self._below().get(name, ()))
-
-    def _below(self) -> dict[str, list[PoolEvent]]:
-        """Each qualified name (and each of its dotted prefixes) with the events below it, built once."""
-        index = self.__dict__.get("_below_index")
-        if index is None or index[0] != len(self.events):
-            below: dict[str, list[PoolEvent]] = {}
-            for event in self.events:
-                names: set[str] = set()
-                for scope_name, _ in event.scope:
-                    parts = scope_name.split(".")
-                    names.update(".".join(parts[: k + 1]) for k in range(len(parts)))
-                for found in names:
-                    below.setdefault(found, []).append(event)
-            index = (len(self.events), below)
-            self.__dict__["_below_index"] = index
-        return index[1]
 
 
 def record_pool_calls(model: nn.Module, example: Example) -> Recording:
-    """Run the model once on ``example`` without side effects and record every adaptive pool call.
-
-    Scripted submodules (``torch.jit.script``) are run as they are: neither hooks nor the
-    function mode see inside them. A model that asks ``torch.onnx.is_in_onnx_export()`` is run a
-    second time with the answer true; that recording is :attr:`Recording.export_branch`.
-    """
+    """Run the model once on ``example`` without side effects and record every adaptive pool call (none inside
+    TorchScript submodules); a model that asks ``torch.onnx.is_in_onnx_export()`` again with the answer true."""
     recording = _record(model, example, export=False)
     if recording.asks_export_flag:
-        try:
+        with contextlib.suppress(FxpoolError):  # a branch that cannot run is no branch to prove
             recording.export_branch = _record(model, example, export=True)
-        except FxpoolError as error:
-            recording.export_branch_error = str(error)
     return recording
 
 
 def _record(model: nn.Module, example: Example, export: bool) -> Recording:
     probe = structural_copy(model, clone_buffers=True)
     modules, names = tree_index(probe)
-    scripted = scripted_modules(probe)
+    scripted = {id(m) for module in probe.modules() if isinstance(module, torch.jit.ScriptModule) for m in module.modules()}
     recording = Recording()
-    stack: list[tuple[str, int]] = []
+    stack: list[str] = []
     in_pool_module: list[bool] = []  # parallel to stack: is that module an adaptive pool?
-    pool_modules: dict[int, PoolCall | None] = {}
-    converted: dict[int, tuple[PoolCall, str]] = {}  # fxpool's own replacements, found again
+    # Pool modules and fxpool's own replacements found again (with what they compute), by id.
+    pools: dict[int, tuple[PoolCall, str | None]] = {}
     for module in modules:
         try:
-            pool_modules[id(module)] = describe_module(module)
+            call = describe_module(module)
         except PoolCallError as error:
             raise PoolCallError(f"{names[id(module)][0] or '<root>'}: {error}") from None
-        if (found := already_converted(module)) is not None:
-            converted[id(module)] = found
+        if (found := (call, None) if call is not None else already_converted(module)) is not None:
+            pools[id(module)] = found
 
-    def pre_hook(module: nn.Module, inputs: tuple[Any, ...], keywords: dict[str, Any]) -> None:
-        name = _path_in_context(names.get(id(module), ["?"]), stack[-1][0] if stack else None)
-        shape = (tuple(a is None for a in inputs), frozenset((k, v is None) for k, v in keywords.items()))
-        recording.call_shapes.setdefault(name, set()).add(shape)
-        count = recording.invocations.get(name, 0)
-        recording.invocations[name] = count + 1
-        stack.append((name, count))
-        in_pool_module.append(pool_modules.get(id(module)) is not None or id(module) in converted)
+    def pre_hook(module: nn.Module, inputs: tuple[Any, ...]) -> None:
+        stack.append(_path_in_context(names.get(id(module), ["?"]), stack[-1] if stack else None))
+        in_pool_module.append(id(module) in pools)
+        call, already = pools.get(id(module), (None, None))
+        if call is not None and already is None:
+            _validate_input(call, inputs[0] if inputs else None, names[id(module)][0] or "<root>")
 
     def post_hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
-        call = pool_modules.get(id(module))
-        if call is not None and stack:
-            _add_event(recording, call, stack[-1][0], tuple(stack), inputs[0] if inputs else None, output, None)
-        elif id(module) in converted and stack:
-            found, what = converted[id(module)]
-            _add_event(recording, found, stack[-1][0], tuple(stack), inputs[0] if inputs else None, output, None, what)
-        if stack:
-            if type(output) not in _PLAIN_OUTPUTS:
-                spec = tree_flatten(output)[1]
-                if spec.type not in _PLAIN_OUTPUTS:
-                    recording.output_specs[stack[-1][0]] = spec
-            stack.pop()
-            in_pool_module.pop()
+        if not stack:
+            return
+        if id(module) in pools:
+            call, already = pools[id(module)]
+            _add_event(recording, call, stack[-1], tuple(stack), inputs[0] if inputs else None, output, None, already)
+        stack.pop()
+        in_pool_module.pop()
 
     class PoolCallRecorder(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if not is_pool_function(func):  # every other op of the model: as fast as the mode allows
+            # Every other op of the model as fast as the mode allows, and a pool module's own call.
+            if not is_pool_function(func) or (in_pool_module and in_pool_module[-1]):
                 return func(*args, **kwargs)
-            inside_pool_module = bool(in_pool_module) and in_pool_module[-1]
             try:
-                described = None if inside_pool_module else describe_function(func, args, kwargs)
+                described = describe_function(func, args, kwargs)
             except PoolCallError as error:
                 raise PoolCallError(f"{error} (at {_caller_source()})") from None
             if described is None:
@@ -185,27 +127,20 @@ def _record(model: nn.Module, example: Example, export: bool) -> Recording:
             source = _caller_source()
             _validate_input(call, value, source)
             output = func(*args, **kwargs)
-            _add_event(recording, call, None, tuple(stack) or (("", 0),), value, output, source)
+            _add_event(recording, call, None, tuple(stack) or ("",), value, output, source)
             return output
 
     with ExitStack() as cleanup:
         for module in modules:
             if id(module) in scripted:
                 continue
-            cleanup.enter_context(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
+            cleanup.enter_context(module.register_forward_pre_hook(pre_hook))
             cleanup.enter_context(module.register_forward_hook(post_hook, always_call=True))
         cleanup.enter_context(example_run(example))
         flag = cleanup.enter_context(export_flag(export))
         cleanup.enter_context(PoolCallRecorder())
-        pre_pool_hooks = [
-            module.register_forward_pre_hook(_make_validator(call, names[id(module)][0]))
-            for module in modules
-            if (call := pool_modules.get(id(module))) is not None
-        ]
-        for handle in pre_pool_hooks:
-            cleanup.enter_context(handle)
         try:
-            recording.output = tree_map(_detached, example.call(probe))
+            recording.output = tree_map(lambda v: v.detach() if isinstance(v, torch.Tensor) else v, example.call(probe))
         except FxpoolError:
             raise
         except Exception as error:  # the model's own failure, reported with the example's shapes
@@ -222,42 +157,15 @@ def _record(model: nn.Module, example: Example, export: bool) -> Recording:
     return recording
 
 
-# Output types torch.fx keeps as they are in a traced graph.
-_PLAIN_OUTPUTS = (torch.Tensor, tuple, list, dict, type(None))
-
-
 def _path_in_context(paths: list[str], caller: str | None) -> str:
-    """Which of a module's qualified names this call goes by: the one under the calling module.
-
-    A module held by two parents has two names; ``named_modules()`` would give only the first, and
-    the calls from the second parent would be filed under the first.
-    """
+    """Which of a module's qualified names this call goes by: the one under the calling module (a module held
+    by two parents has two names, and the calls from the second must not be filed under the first)."""
     if len(paths) == 1 or caller is None:
         return paths[0]
     prefix = caller + "." if caller else ""
     direct = [p for p in paths if p.rpartition(".")[0] == caller]
     below = [p for p in paths if p.startswith(prefix)]
     return (direct or below or paths)[0]
-
-
-def scripted_modules(model: nn.Module) -> set[int]:
-    """Ids of every module that is, or lies inside, a TorchScript module."""
-    found: set[int] = set()
-    for module in model.modules():
-        if isinstance(module, torch.jit.ScriptModule):
-            found.update(id(m) for m in module.modules())
-    return found
-
-
-def _detached(value: Any) -> Any:
-    return value.detach() if isinstance(value, torch.Tensor) else value
-
-
-def _make_validator(call: PoolCall, name: str):
-    def validate(module: nn.Module, inputs: tuple[Any, ...]) -> None:
-        _validate_input(call, inputs[0] if inputs else None, name or "<root>")
-
-    return validate
 
 
 def _validate_input(call: PoolCall, value: Any, where: str | None) -> None:
@@ -309,20 +217,9 @@ def _add_event(
     values = output[0] if isinstance(output, (tuple, list)) else output
     if not isinstance(value, torch.Tensor) or not isinstance(values, torch.Tensor):
         return
-    recording.events.append(
-        PoolEvent(
-            call=call,
-            module_name=module_name,
-            scope=scope,
-            input_shape=tuple(value.shape),
-            output_shape=tuple(values.shape),
-            dtype=value.dtype,
-            device=value.device,
-            quantized=value.is_quantized,
-            source=source,
-            already_converted=already,
-        )
-    )
+    shapes = tuple(value.shape), tuple(values.shape)
+    event = PoolEvent(call, module_name, scope, *shapes, value.dtype, value.device, value.is_quantized, source, already)
+    recording.events.append(event)
 
 
 def _caller_source() -> str | None:

@@ -1,13 +1,10 @@
-"""The record of every decision ``convert`` makes: one :class:`PoolRecord` per adaptive pool found.
-
-A :class:`ConversionReport` prints within :data:`REPORT_WIDTH` columns (a block per pool), converts to
-plain dicts for JSON with every field whole, and is reachable from a converted module through
-:func:`report_of`.
-"""
+"""The record of every decision ``convert`` makes: one :class:`PoolRecord` per adaptive pool found; a
+:class:`ConversionReport` prints within :data:`REPORT_WIDTH` columns and converts to plain dicts for JSON."""
 
 from __future__ import annotations
 
 import textwrap
+from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -92,11 +89,7 @@ class ConversionReport:
 
     def counts(self) -> dict[str, int]:
         """How many pools got each replacement kind (``PoolRecord.kind``; ``unconverted`` for the rest)."""
-        counts: dict[str, int] = {}
-        for record in self.records:
-            key = record.kind if record.converted else "unconverted"
-            counts[key] = counts.get(key, 0) + 1
-        return counts
+        return dict(Counter(r.kind if r.converted else "unconverted" for r in self.records))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -141,14 +134,10 @@ class ConversionReport:
         elif self.stands_alone:
             alone = "; every pool replaced: the converted model exports exactly on its own"
         else:
+            only = ", and only fxpool.export and onnx_export_hook lower them exactly" if translated == len(self.unconverted) else ""
             alone = (
                 f"; NOT standalone: plain torch.onnx.export or torch.export of the converted model leaves those "
-                f"{len(self.unconverted)} to the stock exporters"
-                + (
-                    ", and only fxpool.export and onnx_export_hook lower them exactly"
-                    if translated == len(self.unconverted)
-                    else ""
-                )
+                f"{len(self.unconverted)} to the stock exporters{only}"
             )
         proof = f"; checked by {self.proved_by}" if self.proved_by and self.records else ""
         return (
