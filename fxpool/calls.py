@@ -110,11 +110,6 @@ def _lookup(table: dict[Any, _FunctionForm], target: Any) -> _FunctionForm | Non
         return None
 
 
-def is_aten_pool(target: Any) -> bool:
-    """True for the ATen operator of an adaptive pool (a graph node's ``target``)."""
-    return _lookup(ATEN_FORMS, target) is not None
-
-
 def describe_aten(target: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[PoolCall, Any] | None:
     """The pool call an ATen operator makes and its input, or ``None`` if it is no pool.
 
@@ -136,7 +131,8 @@ def describe_aten(target: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> t
 
 def aten_returns_indices(target: Any) -> bool:
     """True for the ATen max pools, whose result is ``(values, indices)``."""
-    return is_aten_pool(target) and ATEN_FORMS[target].always_indices
+    form = _lookup(ATEN_FORMS, target)
+    return form is not None and form.always_indices
 
 
 def is_pool_function(func: Any) -> bool:

@@ -21,7 +21,6 @@ import torch
 from torch import nn
 from torch.export import ExportedProgram
 
-from . import programs
 from .building import Built, build
 from .checking import Noise, SelfCheck, rounding_noise, self_check
 from .copying import structural_copy
@@ -30,6 +29,17 @@ from .errors import SelfCheckError, UnconvertedPoolError, UnconvertedPoolWarning
 from .example import Example, read_example
 from .finding import FoundPools, find_pools
 from .globalstate import LOCK
+from .programs import (
+    GRAPH_SCOPE,
+    PROGRAM_SCOPE,
+    find_graph_pools,
+    graph_copy,
+    has_aten_pools,
+    program_example,
+    program_pools,
+    put_in_graph,
+    reexport,
+)
 from .proving import proven, traced_pools
 from .recording import Recording, record_pool_calls
 from .report import ConversionReport, attach_report
@@ -102,7 +112,7 @@ def convert(
     with every ATen adaptive pool replaced, and a ``GraphModule`` calling the ATen pool operators
     (``program.module()``) a rewritten copy: see :mod:`fxpool.programs`.
     """
-    if isinstance(model, ExportedProgram) or programs.has_aten_pools(model):
+    if isinstance(model, ExportedProgram) or has_aten_pools(model):
         converted, report = _convert_program(model, example_input, example_kwargs, dynamic)
     elif example_input is None:
         raise TypeError(
@@ -174,28 +184,28 @@ def _convert_program(
     """``convert`` of a torch.export program, or of a GraphModule calling ATen pool operators (fxpool.programs)."""
     example = None if example_input is None else read_example(example_input, example_kwargs)
     if isinstance(model, ExportedProgram):
-        return _convert_exported(model, example or programs.program_example(model), dynamic)
+        return _convert_exported(model, example or program_example(model), dynamic)
     if example is None:
         raise TypeError("fxpool.convert(graph_module, example_input): a GraphModule needs its example input")
-    return _convert(model, example, dynamic, _graphs(programs.GRAPH_SCOPE))
+    return _convert(model, example, dynamic, _graphs(GRAPH_SCOPE))
 
 
 def _convert_exported(program: ExportedProgram, example: Example, dynamic: bool) -> tuple[ExportedProgram, ConversionReport]:
     """The pipeline over ``program.module()``, then the rewritten module exported again as a program, which is
     run against the original and read by the finder for the proof."""
     with LOCK:
-        converted, report, reference = _pipeline(program.module(), example, dynamic, _graphs(programs.PROGRAM_SCOPE))
+        converted, report, reference = _pipeline(program.module(), example, dynamic, _graphs(PROGRAM_SCOPE))
         if not any(r.converted and r.form == "aten" for r in report.records):  # nothing replaced
-            result, traced = copy.copy(program), programs.program_pools(program, shapes=False)
+            result, traced = copy.copy(program), program_pools(program, shapes=False)
         else:
-            result = programs.reexport(program, converted, example)
+            result = reexport(program, converted, example)
             check = self_check(result.module(), example, reference)
             if check.status != "passed":
                 raise SelfCheckError(
                     f"fxpool: the converted program differs from the original on the example {example.describe()} "
                     f"({check.mismatch}), although the rewritten graph matched it; please report it with the program"
                 )
-            traced = programs.program_pools(result, shapes=True)
+            traced = program_pools(result, shapes=True)
             assert report.check is not None
             compared = f"{report.check.compared}, and the re-exported program on the example {example.describe()}"
             report = replace(report, check=replace(report.check, compared=compared))
@@ -212,7 +222,7 @@ def explain(
     dynamic: bool = False,
 ) -> ConversionReport:
     """The report ``convert`` would produce (every pool, its replacement and why), without the converted model."""
-    if isinstance(model, ExportedProgram) or programs.has_aten_pools(model):
+    if isinstance(model, ExportedProgram) or has_aten_pools(model):
         return _convert_program(model, example_input, example_kwargs, dynamic)[1]
     return _convert(model, read_example(example_input, example_kwargs), dynamic)[1]
 
@@ -244,7 +254,7 @@ MODULES = FrontEnd(structural_copy, find_pools, build)
 
 def _graphs(scope: str) -> FrontEnd:
     """The front end of ATen-level graphs (fxpool.programs): their pool nodes, rewritten in a graph copy."""
-    return FrontEnd(programs.graph_copy, functools.partial(programs.find_graph_pools, scope=scope), programs.put_in_graph)
+    return FrontEnd(graph_copy, functools.partial(find_graph_pools, scope=scope), put_in_graph)
 
 
 def _convert(model: nn.Module, example: Example, dynamic: bool, front: FrontEnd = MODULES) -> tuple[nn.Module, ConversionReport]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import operator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -21,7 +21,7 @@ from torch.export import ExportedProgram
 from torch.utils._pytree import tree_leaves
 
 from .building import Built, replacement_module
-from .calls import PoolCall, aten_returns_indices, describe_aten, is_aten_pool
+from .calls import PoolCall, aten_returns_indices, describe_aten
 from .copying import structural_copy
 from .deciding import SiteDecision
 from .errors import ExampleInputError, FxpoolError, error_summary
@@ -43,8 +43,27 @@ def has_aten_pools(module: Any) -> bool:
     )
 
 
-def _pool_nodes(gm: fx.GraphModule) -> list[fx.Node]:
-    return [node for node in gm.graph.nodes if node.op == "call_function" and is_aten_pool(node.target)]
+@dataclass(frozen=True)
+class _PoolNode:
+    """An ATen pool node, the pool call it makes, and the example values (fake tensors, or None) of its input and
+    output."""
+
+    node: fx.Node
+    call: PoolCall
+    fake_in: Any
+    fake_out: Any
+
+
+def _pool_nodes(gm: fx.GraphModule) -> list[_PoolNode]:
+    found = []
+    for node in gm.graph.nodes:
+        described = describe_aten(node.target, node.args, dict(node.kwargs)) if node.op == "call_function" else None
+        if described is not None:
+            call, source = described
+            fake_out = node.meta.get("val")
+            fake_out = fake_out[0] if isinstance(fake_out, (tuple, list)) else fake_out
+            found.append(_PoolNode(node, call, source.meta.get("val") if isinstance(source, fx.Node) else None, fake_out))
+    return found
 
 
 def graph_copy(gm: nn.Module) -> fx.GraphModule:
@@ -67,38 +86,28 @@ def find_graph_pools(gm: nn.Module, recording: Recording, scope: str) -> FoundPo
         for e in recording.events
         if e.already_converted is not None  # fxpool's replacements in a graph converted before
     ]
-    nodes = _pool_nodes(gm)
-    if len(top) != len(nodes):
+    pools = _pool_nodes(gm)
+    if len(top) != len(pools):
         raise FxpoolError(
-            f"fxpool: the graph has {len(nodes)} ATen pool node(s) but its run on the example made {len(top)} pool "
+            f"fxpool: the graph has {len(pools)} ATen pool node(s) but its run on the example made {len(top)} pool "
             f"call(s) from its own forward; this is a bug in fxpool, please report it with the graph"
         )
-    sites += [_site(node, event, f"{scope}:{node.name}") for node, event in zip(nodes, top)]
+    sites += [_site(pool, event, f"{scope}:{pool.node.name}") for pool, event in zip(pools, top)]
     for name, sub in gm.named_modules():
         if sub is gm or not isinstance(sub, fx.GraphModule):
             continue
-        for node in _pool_nodes(sub):
+        for pool in _pool_nodes(sub):
             why = (
                 f"inside the subgraph {name!r} (a torch.cond/while_loop branch or another higher-order op), "
                 f"which fxpool does not rewrite; export the model with that branch taken, or convert the "
                 f"nn.Module before torch.export"
             )
-            sites.append(PoolSite(f"{scope}:{name}.{node.name}", _described(node)[0], (), left=why))
+            sites.append(PoolSite(f"{scope}:{name}.{pool.node.name}", pool.call, (), left=why))
     return FoundPools(tuple(sites))
 
 
-def _described(node: fx.Node) -> tuple[PoolCall, Any, Any]:
-    """The pool call an ATen pool node makes, and the example values (fake tensors, or None) of its input and output."""
-    described = describe_aten(node.target, node.args, dict(node.kwargs))
-    assert described is not None
-    call, source = described
-    fake_out = node.meta.get("val")
-    fake_out = fake_out[0] if isinstance(fake_out, (tuple, list)) else fake_out
-    return call, source.meta.get("val") if isinstance(source, fx.Node) else None, fake_out
-
-
-def _site(node: fx.Node, event: PoolEvent, location: str) -> PoolSite:
-    call, fake_in, fake_out = _described(node)
+def _site(pool: _PoolNode, event: PoolEvent, location: str) -> PoolSite:
+    node, call, fake_in, fake_out = pool.node, pool.call, pool.fake_in, pool.fake_out
     dims = call.spatial_dims
     assert dims is not None
     in_sizes = tuple(fake_in.shape[-dims:]) if isinstance(fake_in, torch.Tensor) else None
@@ -371,10 +380,9 @@ def program_pools(program: ExportedProgram, *, shapes: bool) -> TracedPools:
     for sub in program.graph_module.modules():
         if not isinstance(sub, fx.GraphModule):
             continue
-        for node in _pool_nodes(sub):
-            call, fake_in, fake_out = _described(node)
-            in_shape, out_shape = (_example_shape(fake_in), _example_shape(fake_out)) if shapes else (None, None)
-            found.append(NativePool(f"aten::{str(node.target).split('.')[1]}", call.family, "", in_shape, out_shape))
+        for pool in _pool_nodes(sub):
+            in_shape, out_shape = (_example_shape(pool.fake_in), _example_shape(pool.fake_out)) if shapes else (None, None)
+            found.append(NativePool(f"aten::{str(pool.node.target).split('.')[1]}", pool.call.family, "", in_shape, out_shape))
     return TracedPools(PROGRAM_TRACER, tuple(found))
 
 
