@@ -205,9 +205,8 @@ def _check_run(converted: nn.Module, example: Example, reference: Any, export: b
         return SelfCheck("failed", "the converted model on the example input", replacements=tuple(checks), mismatch=raised)
     mismatch, error, bound = compare_outputs(output, reference)
     status: CheckStatus = "failed" if mismatch or any(not c.passed for c in checks) else "passed"
-    return SelfCheck(
-        status, "the converted model on the example input against the original's output", error, bound, tuple(checks), mismatch
-    )
+    compared = "the converted model on the example input against the original's output"
+    return SelfCheck(status, compared, error, bound, tuple(checks), mismatch)
 
 
 def _replacement_hook(checks: list[ReplacementCheck]):

@@ -287,7 +287,9 @@ def _pipeline(model: nn.Module, example: Example, dynamic: bool, front: FrontEnd
     # The example runs fork the global random generators: one lock.
     with LOCK:
         recording = record_pool_calls(model, example)
-        fallback_device = _fallback_device(model)
+        # Where replacement constants go when the example is on the meta device: beside the weights.
+        weights = (t.device for t in itertools.chain(model.parameters(), model.buffers()) if t.device.type != "meta")
+        fallback_device = next(weights, torch.device("cpu"))
         undo = _Undo()
         first: _Round | None = None
         noise: Noise | None = None  # the original's own, measured once, at the first whole-model mismatch
@@ -354,12 +356,6 @@ def _inconclusive(check: SelfCheck) -> SelfCheck:
         "so the comparison cannot decide"
     )
     return replace(check, status="inconclusive", mismatch=mismatch, actions=())
-
-
-def _fallback_device(model: nn.Module) -> torch.device:
-    """Where replacement constants go when the example is on the meta device: beside the weights."""
-    devices = (t.device for t in itertools.chain(model.parameters(), model.buffers()) if t.device.type != "meta")
-    return next(devices, torch.device("cpu"))
 
 
 @dataclass

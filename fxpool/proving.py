@@ -94,8 +94,7 @@ def jit_nodes(nodes: Any) -> Iterator[Any]:
 
 def _scope(scope_name: str) -> str:
     """The module path of a TorchScript scope (``__module.features/__module.features.5`` -> ``features.5``)."""
-    last = scope_name.split("/")[-1] if scope_name else ""
-    return last.removeprefix("__module.").removeprefix("__module") if last else ""
+    return scope_name.split("/")[-1].removeprefix("__module.").removeprefix("__module")
 
 
 def _shape(value: Any) -> tuple[int, ...] | None:

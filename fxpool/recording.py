@@ -148,10 +148,11 @@ def _record(model: nn.Module, example: Example, export: bool) -> Recording:
                 raise ExampleInputError(
                     f"with torch.onnx.is_in_onnx_export() true, {type(model).__name__}.forward raised {error_summary(error)}"
                 ) from error
+            hint = _KEYWORD_HINT if example.kwargs and isinstance(error, TypeError) else ""
             raise ExampleInputError(
                 f"{type(model).__name__}.forward raised {type(error).__name__} on the example input "
                 f"{example.describe()}: {str(error).rstrip('.')}. Nothing was converted; pass an example input the "
-                f"model accepts (the one you would give torch.onnx.export).{_keyword_hint(example, error)}"
+                f"model accepts (the one you would give torch.onnx.export).{hint}"
             ) from error
         recording.asks_export_flag = flag.count > 0
     return recording
@@ -195,10 +196,8 @@ def already_converted(module: nn.Module) -> tuple[PoolCall, str] | None:
         return None
     native: tuple[PoolFamily, tuple[int | None, ...]] = module.fxpool_native_reference  # type: ignore[assignment]
     family, out_sizes = native
-    dims = len(out_sizes)
-    call = PoolCall(
-        family, dims, f"fxpool.{type(module).__name__}", "module", tuple(out_sizes), getattr(module, "returns_indices", False)
-    )
+    indices = getattr(module, "returns_indices", False)
+    call = PoolCall(family, len(out_sizes), f"fxpool.{type(module).__name__}", "module", tuple(out_sizes), indices)
     plan = getattr(module, "plan", None)
     what = plan.describe() if plan is not None else module.extra_repr()
     return call, f"already converted ({what})"
@@ -232,10 +231,7 @@ def _caller_source() -> str | None:
     return None
 
 
-def _keyword_hint(example: Example, error: Exception) -> str:
-    if not example.kwargs or not isinstance(error, TypeError):
-        return ""
-    return (
-        " The dict at the end of the example was read as keyword arguments, as torch.onnx.export reads it; "
-        "to pass a dict positionally, end the tuple with an empty dict: (batch, {})."
-    )
+_KEYWORD_HINT = (
+    " The dict at the end of the example was read as keyword arguments, as torch.onnx.export reads it; "
+    "to pass a dict positionally, end the tuple with an empty dict: (batch, {})."
+)
