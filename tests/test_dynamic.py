@@ -118,6 +118,22 @@ def test_the_max_graph_form_exhaustive_small_2d() -> None:
         _assert_max_exact(DynamicAdaptiveMaxPool((out_h, out_w)), x, (out_h, out_w))
 
 
+def test_the_onnx_max_graph_flags_only_the_block_past_the_entries_taken_one_per_window(tmp_path) -> None:
+    """10 -> 7 per axis: every window's entries at this size (three, the last repeated where a window holds two)
+    are gathered one per window and combined by Max, which propagates NaN; only the block of those past them,
+    empty at this size, is reduced and flagged: one Abs per axis, and the flag reaches the maximum through
+    Max, not IsNaN and Where (exactness at other sizes: the exported-graph tests)."""
+    onnx = pytest.importorskip("onnx")
+    path = str(tmp_path / "max.onnx")
+    x = torch.randn(1, 8, 10, 10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        axes = {"x": {2: "h", 3: "w"}}
+        torch.onnx.export(DynamicAdaptiveMaxPool((7, 7)), (x,), path, dynamo=False, input_names=["x"], dynamic_axes=axes)
+    ops = [node.op_type for node in onnx.load(path).graph.node]
+    assert (ops.count("Abs"), ops.count("ReduceMax"), ops.count("Max"), ops.count("Where"), ops.count("IsNaN")) == (2, 2, 8, 0, 0)
+
+
 @pytest.mark.parametrize("kind", ["gathers", "slices"])
 def test_the_onnx_max_form_flags_nan_itself(monkeypatch, kind: str) -> None:
     """Under ONNX export the maximum is an amax beside a NaN flag (onnxruntime's ReduceMax skips NaN)."""
@@ -195,9 +211,10 @@ def test_a_million_long_axis_costs_memory_linear_in_it(family: str) -> None:
 
 
 # (family, input shape, output): the benchmark's pool cases (model_zoo_checks.benchmarks.SHAPES) with fewer
-# channels, and a bound a little above their peak over input plus output as measured (2.4-3.1; the forms
-# before these held 3.1-5.4). The issue's goal, 2, is not reached: the spatial-first copy alone is the
-# input's size, and a first axis shrunk to 0.7 of it lives beside it with one more such tensor.
+# channels, and a bound a little above their peak over input plus output as measured (2.2-3.1; the forms
+# before these held 3.1-5.4, and max pools read as two blocks of about half 2.5-3.0 on 3d and 1d). The issue's
+# goal, 2, is not reached: the spatial-first copy alone is the input's size, and a first axis shrunk to 0.7
+# of it lives beside it with one more such tensor.
 PEAK_CASES = [
     ("avg", (2, 64, 10, 10), (7, 7), 2.85),
     ("avg", (1, 64, 64, 64), (6, 6), 2.7),
@@ -205,9 +222,9 @@ PEAK_CASES = [
     ("avg", (2, 16, 5, 10, 10), (3, 7, 7), 3.1),
     ("avg", (2, 64, 1000), (101,), 2.5),
     ("max", (2, 64, 10, 10), (7, 7), 2.85),
-    ("max", (2, 16, 9, 10, 11), (4, 3, 7), 3.1),
+    ("max", (2, 16, 9, 10, 11), (4, 3, 7), 2.7),
     ("max", (2, 64, 4, 8), (6, 16), 2.95),
-    ("max", (2, 64, 1000), (101,), 2.55),
+    ("max", (2, 64, 1000), (101,), 2.25),
 ]
 
 
