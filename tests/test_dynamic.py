@@ -211,7 +211,7 @@ def test_a_million_long_axis_costs_memory_linear_in_it(family: str) -> None:
 
 
 # (family, input shape, output): the benchmark's pool cases (model_zoo_checks.benchmarks.SHAPES) with fewer
-# channels, and a bound a little above their peak over input plus output as measured (2.2-3.1; the forms
+# channels, and a bound a little above their peak over input plus output as measured (2.1-3.1; the forms
 # before these held 3.1-5.4, and max pools read as two blocks of about half 2.5-3.0 on 3d and 1d). The issue's
 # goal, 2, is not reached: the spatial-first copy alone is the input's size, and a first axis shrunk to 0.7
 # of it lives beside it with one more such tensor.
