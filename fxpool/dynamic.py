@@ -24,15 +24,14 @@ Max blocks under ONNX export carry a NaN flag (:func:`_nan_where_flagged`): onnx
 NaN, PyTorch's pools return it. Other tracers get ``torch.max(dim)``, whose gradient goes to the first
 maximum; their axes are taken last axis first, so a tie's gradient lands where PyTorch's kernel sends it.
 
-Eager and ``torch.compile`` run PyTorch's own kernel (exact, native speed by definition);
-:meth:`_DynamicPool.traced_form` runs the graph form in eager, for the self-check and tests. One graph
-serves every input size, with no Loop, If, GatherND or ScatterND.
+Eager and ``torch.compile`` run PyTorch's own kernel; :meth:`_DynamicPool.traced_form` runs the graph form in
+eager (self-check, tests). One graph serves every input size: no Loop, If, GatherND or ScatterND.
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -143,8 +142,7 @@ def window_sums(y: torch.Tensor, dim: int, dims: int, out_size: int) -> tuple[to
 
 
 def _halves(count: Any, smallest: int = 4) -> list[tuple[Any, Any]]:
-    """``(offset, count)`` of the two halves of ``count`` entries (the first ``ceil(count / 2)``), or the whole
-    where the traced size has fewer than ``smallest``: a split there costs ops for little memory."""
+    """``(offset, count)`` of the halves of ``count`` entries (the first ``ceil(count / 2)``), or the whole below ``smallest``."""
     if _traced_int(count) < smallest:
         return [(0, count)]
     half = _div(count + 1, 2)
@@ -173,9 +171,8 @@ def window_maxima(y: torch.Tensor, dim: int, out_size: int, flag_nan: bool) -> t
     """Each window's maximum along ``dim`` over ``ceil(L/o) + 1`` entries from its start (a shorter window repeats
     its last, after the entries it copies, so ``torch.max`` finds the first). Those of the size traced (at most
     :data:`MAX_SINGLES`; one fewer without a NaN flag) are gathered one per window and combined by Max, which
-    propagates NaN; the rest make one block (halves without a flag), reduced, flagged under ONNX export: the flag
-    costs nothing where no window is longer than traced. A symbolic length (:func:`_symbolic`) takes one block.
-    A gradient takes ``torch.max`` and :func:`_first_maximum`, so it lands where PyTorch's kernel sends it."""
+    propagates NaN; the rest make one block (halves without a flag), reduced, flagged under ONNX export. A symbolic
+    length (:func:`_symbolic`) takes one block. A gradient takes ``torch.max`` and :func:`_first_maximum`."""
     length = y.shape[dim]
     grad = _needs_gradient(y) and not flag_nan
     if out_size == 1:
@@ -190,7 +187,10 @@ def window_maxima(y: torch.Tensor, dim: int, out_size: int, flag_nan: bool) -> t
     rest = span - singles  # under ONNX export none at the size traced: ReduceMax takes an empty block (-inf)
     if isinstance(rest, int) and rest < 1:
         return result
-    rest = rest.clamp(min=int(not flag_nan)) if isinstance(rest, torch.Tensor) else rest  # run smaller than traced
+    if isinstance(rest, torch.Tensor):  # traced, run at other sizes; an empty ONNX block keeps one window, not o,
+        rest = rest.clamp(min=int(not flag_nan))  # so its reductions and flag are one row that Max broadcasts
+        kept = torch.arange(cast(int, rest.clamp(max=1) * (out_size - 1) + 1) if flag_nan else out_size, device=y.device)
+        starts, ends = starts[kept], ends[kept]
     for offset, count in [(0, rest)] if flag_nan or not singles else _halves(rest, 2):
         top = _block_maximum(gather_windows(y, dim, _positions(starts, singles + offset, count, y, ends)), dim + 1, flag_nan, grad)
         result = top if result is None else combine(result, top)

@@ -120,18 +120,29 @@ def test_the_max_graph_form_exhaustive_small_2d() -> None:
 
 def test_the_onnx_max_graph_flags_only_the_block_past_the_entries_taken_one_per_window(tmp_path) -> None:
     """10 -> 7 per axis: every window's entries at this size (three, the last repeated where a window holds two)
-    are gathered one per window and combined by Max, which propagates NaN; only the block of those past them,
-    empty at this size, is reduced and flagged: one Abs per axis, and the flag reaches the maximum through
-    Max, not IsNaN and Where (exactness at other sizes: the exported-graph tests)."""
+    are gathered one per window and combined by Max, which propagates NaN; only the block of those past them is
+    reduced and flagged: one Abs per axis, the flag reaching the maximum through Max, not IsNaN and Where. Up to
+    the traced window length the block is empty and keeps one window, so its reductions are one row."""
     onnx = pytest.importorskip("onnx")
+    onnxruntime = pytest.importorskip("onnxruntime")
     path = str(tmp_path / "max.onnx")
-    x = torch.randn(1, 8, 10, 10)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         axes = {"x": {2: "h", 3: "w"}}
-        torch.onnx.export(DynamicAdaptiveMaxPool((7, 7)), (x,), path, dynamo=False, input_names=["x"], dynamic_axes=axes)
-    ops = [node.op_type for node in onnx.load(path).graph.node]
+        torch.onnx.export(
+            DynamicAdaptiveMaxPool((7, 7)), (torch.randn(1, 8, 10, 10),), path, dynamo=False, input_names=["x"], dynamic_axes=axes
+        )
+    model = onnx.load(path)
+    ops = [node.op_type for node in model.graph.node]
     assert (ops.count("Abs"), ops.count("ReduceMax"), ops.count("Max"), ops.count("Where"), ops.count("IsNaN")) == (2, 2, 8, 0, 0)
+    reduced = [node.output[0] for node in model.graph.node if node.op_type == "ReduceMax"]
+    model.graph.output.extend(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None) for name in reduced)
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for size, rows in [(10, 1), (13, 1), (4, 1), (20, 7)]:  # 20 -> 7: windows of up to 4, one past the traced 3
+        x = non_finite((1, 8, size, size), torch.float32, seed=size)
+        pooled, *blocks = session.run(None, {"x": x.numpy()})
+        assert [min(block.shape[:2]) for block in blocks] == [rows, rows], size  # (windows, W, B), then (7, windows, B)
+        torch.testing.assert_close(torch.from_numpy(pooled), MAX[2](x, 7), rtol=0, atol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize("kind", ["gathers", "slices"])
