@@ -458,7 +458,7 @@ class DynamicForm:
     window's entries gathered by indices computed from the runtime length and reduced (sums: the window's
     first ``L // o`` entries, in two blocks of about half from 4, then the two that may lie past them, one
     per window, masked to zero; maxima: ``ceil(L/o) + 1`` entries from the start, repeating the window's
-    last, the traced size's one per window, the rest one block); averages divide by the window sizes once, after the last axis.
+    last, in two blocks of about half, one under ONNX export); averages divide by the window sizes once, after the last axis.
     ``slices``: per pooled axis each window sliced from its runtime bounds and reduced, the results
     concatenated (under the TorchScript exporter and ``torch.jit.trace``; ``gathers`` elsewhere). Max
     windows in ONNX take a NaN flag beside their ReduceMax (the sum of the window's absolute values: NaN
