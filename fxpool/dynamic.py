@@ -8,35 +8,30 @@ Work and memory are linear in the input: no ``(o x L)`` mask. The forms
 
 - ``gathers``: the spatial axes moved in front of the others (one Transpose, so every gather copies
   whole blocks of batch and channels), then per pooled axis (the most-shrinking first where only values
-  are wanted) each window's entries gathered and reduced. Averages gather each window's first ``L // o``
-  entries (every window holds them; two blocks of about half from 4, so at most half the tensor is
-  gathered at once) and sum them, then the two entries that may lie past them, one per window, masked to
-  zero where they lie past the window (``Where`` selects, it never multiplies: NaN and ±inf stay in their
-  windows), and divide by the window sizes once, after the last axis. Maxima read ``ceil(L/o) + 1``
-  entries from each window's start, a shorter window repeating its last entry: as two blocks of about
-  half whose maxima are combined, or under ONNX export as one block beside its NaN flag. Under
-  ``torch.export`` with a dynamic dimension each axis is one block of ``ceil(L/o) + 1 >= 2`` entries (sums
-  masked): a block that may hold 0 or 1 entries adds a guard.
+  are wanted) each window's entries gathered and reduced. Averages sum each window's first ``L // o``
+  entries and the two that may lie past them, masked to zero by ``Where``, which selects and never
+  multiplies (:func:`window_sums`), and divide by the window sizes once, after the last axis. Maxima
+  read ``ceil(L/o) + 1`` entries from each window's start, a shorter window repeating its last: those of
+  the size traced one per window, combined by Max, the rest as one block (:func:`window_maxima`). Under
+  ``torch.export`` with a dynamic dimension and ``torch.fx`` each axis is one block of ``ceil(L/o) + 1 >= 2``
+  entries (sums masked): a block that may hold 0 or 1 entries adds a guard.
 - ``slices`` (TorchScript tracing: the TorchScript ONNX exporter, ``torch.jit.trace``): per pooled
   axis each window sliced from its runtime bounds and reduced (ReduceMean; ReduceMax), the results
   concatenated; few long windows. Under ``torch.export`` slices of symbolic bounds add guards that
   named ``Dim``\\ s refuse, so there the gathers run instead.
 
-Max windows under ONNX export carry a NaN flag (the sum of the window's absolute values is NaN exactly
-where the window holds a NaN: no cancellation, as a sum of ±inf would have; ReduceL1 ran 2-3x slower in
-onnxruntime): onnxruntime's ReduceMax skips NaN, PyTorch's pools return it. Other tracers get
-``torch.max(dim)``, whose gradient goes to the first maximum; their axes are taken last axis first, so
-a tie's gradient lands where PyTorch's kernel sends it (the first maximum in row-major order).
+Max blocks under ONNX export carry a NaN flag (:func:`_nan_where_flagged`): onnxruntime's ReduceMax skips
+NaN, PyTorch's pools return it. Other tracers get ``torch.max(dim)``, whose gradient goes to the first
+maximum; their axes are taken last axis first, so a tie's gradient lands where PyTorch's kernel sends it.
 
-Eager and ``torch.compile`` run PyTorch's own kernel (exact, native speed by definition);
-:meth:`_DynamicPool.traced_form` runs the graph form in eager, for the self-check and tests. One graph
-serves every input size, with no Loop, If, GatherND or ScatterND.
+Eager and ``torch.compile`` run PyTorch's own kernel; :meth:`_DynamicPool.traced_form` runs the graph form in
+eager (self-check, tests). One graph serves every input size: no Loop, If, GatherND or ScatterND.
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -49,6 +44,7 @@ from .sizechecks import check_input, plain_eager
 torch.fx.wrap("check_input")  # a leaf here too, so converted models trace again with torch.fx
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
+MAX_SINGLES = 8  # window entries gathered one per window before the rest is one block (:func:`window_maxima`)
 
 
 def _div(numerator: Any, out_size: int) -> Any:
@@ -105,17 +101,16 @@ def _along(mask: torch.Tensor, dim: int, dims: int) -> torch.Tensor:
     return mask.reshape(mask.shape + (1,) * (dims - dim))
 
 
-def _nan_where_flagged(maxima: torch.Tensor, windows: torch.Tensor, dim: int, keepdim: bool = False) -> torch.Tensor:
-    """``maxima`` with NaN where a window holds one: the sum of its absolute values is NaN exactly then (|x| >= 0, so
-    no inf - inf). onnxruntime's ReduceMax skips NaN where PyTorch's pools return it."""
-    flags = windows.abs().sum(dim, keepdim=keepdim)
-    return torch.where(torch.isnan(flags), float("nan"), maxima)
+def _nan_where_flagged(maxima: torch.Tensor, windows: torch.Tensor, dim: int) -> torch.Tensor:
+    """``maxima`` with NaN where a window holds one: the sum of its absolute values is NaN exactly then (no inf - inf;
+    ReduceL1 ran 2-3x slower in onnxruntime), and Max takes ``-inf - sum`` (IsNaN and Where ran 2.4x slower)."""
+    return torch.maximum(maxima, float("-inf") - windows.abs().sum(dim))
 
 
 def _symbolic(length: Any) -> bool:
-    """Whether ``length`` is a symbolic size (``torch.export`` with a dynamic dimension): there a block of a
-    size that may be 0 or 1 adds a guard named ``Dim``\\ s refuse, so blocks are sized ``ceil(L/o) + 1 >= 2``."""
-    return isinstance(length, torch.SymInt) or torch.compiler.is_compiling()  # strict export: dynamo's variables
+    """Whether ``length`` is symbolic (``torch.export`` with a dynamic dimension, a ``torch.fx`` Proxy): there a
+    block of a size that may be 0 or 1 adds a guard named ``Dim``\\ s refuse, so blocks are ``ceil(L/o) + 1 >= 2``."""
+    return isinstance(length, (torch.SymInt, torch.fx.Proxy)) or torch.compiler.is_compiling()  # strict export: dynamo's
 
 
 def window_sums(y: torch.Tensor, dim: int, dims: int, out_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -139,9 +134,7 @@ def window_sums(y: torch.Tensor, dim: int, dims: int, out_size: int) -> tuple[to
         return _sum(torch.where(_along(inside, dim, dims), windows, 0.0), dim + 1, dims + 2), ends - starts
     fewest = _div(length, out_size)
     parts = [_sum(gather_windows(y, dim, _positions(starts, *half, y)), dim + 1, dims + 2) for half in _halves(fewest)]
-    sums = parts.pop(0)
-    while parts:
-        sums = sums + parts.pop()
+    sums = parts.pop(0) + parts.pop() if len(parts) > 1 else parts.pop()  # popped, each half's sum dies in the Add
     for beyond in range(2):
         extra = starts + fewest + beyond  # its gathered entries die inside the Where: no third copy lives
         sums = sums + torch.where(_along(extra < ends, dim, dims), y.index_select(dim, torch.minimum(extra, ends - 1)), 0.0)
@@ -149,19 +142,15 @@ def window_sums(y: torch.Tensor, dim: int, dims: int, out_size: int) -> tuple[to
 
 
 def _halves(count: Any, smallest: int = 4) -> list[tuple[Any, Any]]:
-    """``(offset, count)`` of the two halves of ``count`` entries (the first ``ceil(count / 2)``), or the
-    whole where the size being traced has fewer than ``smallest``: a split there costs ops for little memory."""
+    """``(offset, count)`` of the halves of ``count`` entries (the first ``ceil(count / 2)``), or the whole below ``smallest``."""
     if _traced_int(count) < smallest:
         return [(0, count)]
     half = _div(count + 1, 2)
     return [(0, half), (half, count - half)]
 
 
-def _traced_int(value: Any) -> float:
-    """``value`` at the size being run or traced (a 0-d tensor under ``torch.jit.trace``); ``inf`` where no
-    tracer says (an fx Proxy)."""
-    if isinstance(value, torch.fx.Proxy):
-        return float("inf")
+def _traced_int(value: Any) -> int:
+    """``value`` at the size being run or traced (a 0-d tensor under ``torch.jit.trace``)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         return int(value)
@@ -179,46 +168,62 @@ def _needs_gradient(x: torch.Tensor) -> bool:
 
 
 def window_maxima(y: torch.Tensor, dim: int, out_size: int, flag_nan: bool) -> torch.Tensor:
-    """Each window's maximum along ``dim``, from ``ceil(L/o) + 1`` entries from its start (every window holds
-    at least ``ceil(L/o)``; a shorter window repeats its last entry, after the entries it copies, so
-    ``torch.max`` finds the first maximum), read as two blocks of about half each and combined; under ONNX
-    export (and ``torch.export`` with a dynamic dimension) as one block.
-
-    Values alone (ONNX export, or no gradient wanted) take ``amax`` and elementwise ``maximum``, which
-    propagate NaN; a gradient takes ``torch.max`` and :func:`_first_maximum`, so it lands where PyTorch's
-    kernel sends it."""
+    """Each window's maximum along ``dim`` over ``ceil(L/o) + 1`` entries from its start (a shorter window repeats
+    its last, after the entries it copies, so ``torch.max`` finds the first). Those of the size traced (at most
+    :data:`MAX_SINGLES`; one fewer without a NaN flag) are gathered one per window and combined by Max, which
+    propagates NaN; the rest make one block (halves without a flag), reduced, flagged under ONNX export. A symbolic
+    length (:func:`_symbolic`) takes one block. A gradient takes ``torch.max`` and :func:`_first_maximum`."""
     length = y.shape[dim]
     grad = _needs_gradient(y) and not flag_nan
     if out_size == 1:
         return _block_maximum(y.unsqueeze(dim), dim + 1, flag_nan, grad)  # one window, the whole axis
     starts, ends = runtime_window_bounds(length, out_size, y.device)
     span = _div(length + (out_size - 1), out_size) + 1
-    last = ends.unsqueeze(1) - 1
-    if _symbolic(length) or flag_nan:
-        # ONNX export: one block. Two halves, each with its NaN flag, ran 1.1-1.3x slower in onnxruntime and
-        # grew its resident peak (4.4x input + output against 3.1x, 40x40 -> 28x28 over 32x512).
-        return _block_maximum(gather_windows(y, dim, torch.minimum(_positions(starts, 0, span, y), last)), dim + 1, flag_nan, grad)
-    result = None
-    for offset, count in _halves(span, 2):  # each block dies inside its reduction
-        block = gather_windows(y, dim, torch.minimum(_positions(starts, offset, count, y), last))  # its indices die here
-        maximum = _block_maximum(block, dim + 1, False, grad)
-        del block  # before the next half is gathered
-        result = maximum if result is None else _first_maximum(result, maximum) if grad else torch.maximum(result, maximum)
-    assert result is not None
+    singles = 0 if _symbolic(length) else min(MAX_SINGLES, _traced_int(span) - (not flag_nan))
+    combine = _first_maximum if grad else torch.maximum
+    result: Any = y.index_select(dim, starts) if singles else None  # each entry dies inside its Max
+    for offset in range(1, singles):
+        result = combine(result, y.index_select(dim, torch.minimum(starts + offset, ends - 1)))
+    rest = span - singles  # under ONNX export none at the size traced: ReduceMax takes an empty block (-inf)
+    if isinstance(rest, int) and rest < 1:
+        return result
+    if isinstance(rest, torch.Tensor):  # traced, run at other sizes; an empty ONNX block keeps one window, not o,
+        rest = rest.clamp(min=int(not flag_nan))  # so its reductions and flag are one row that Max broadcasts
+        kept = torch.arange(cast(int, rest.clamp(max=1) * (out_size - 1) + 1) if flag_nan else out_size, device=y.device)
+        starts, ends = starts[kept], ends[kept]
+    for offset, count in [(0, rest)] if flag_nan or not singles else _halves(rest, 2):
+        top = _block_maximum(gather_windows(y, dim, _positions(starts, singles + offset, count, y, ends)), dim + 1, flag_nan, grad)
+        result = top if result is None else combine(result, top)
+        del top  # the block died in its reduction: nothing of this half lives while the next is gathered
     return result
 
 
-def _positions(starts: torch.Tensor, offset: Any, count: Any, y: torch.Tensor) -> torch.Tensor:
-    """``(o, count)``: every window's positions ``offset .. offset + count - 1`` from its start."""
-    return starts.unsqueeze(1) + offset + torch.arange(count, device=y.device)
+def _positions(starts: torch.Tensor, offset: Any, count: Any, y: torch.Tensor, ends: Any = None) -> torch.Tensor:
+    """``(o, count)``: every window's positions ``offset .. offset + count - 1`` from its start (at most its last)."""
+    positions = starts.unsqueeze(1) + offset + torch.arange(count, device=y.device)
+    return positions if ends is None else torch.minimum(positions, ends.unsqueeze(1) - 1)
 
 
 def _block_maximum(windows: torch.Tensor, dim: int, flag_nan: bool, grad: bool) -> torch.Tensor:
     """The maximum over ``dim``: ``torch.max`` for a gradient (to the first maximum), ``amax`` for values, and
     under ONNX export a ReduceMax with NaN where the block holds one (:func:`_nan_where_flagged`)."""
     if flag_nan:
-        return _nan_where_flagged(windows.amax(dim), windows, dim)
+        return _nan_where_flagged(_EmptyMax.apply(windows, dim) if torch.jit.is_tracing() else windows.amax(dim), windows, dim)
     return torch.max(windows, dim).values if grad else windows.amax(dim)
+
+
+class _EmptyMax(torch.autograd.Function):
+    """``amax`` over ``dim``, ``-inf`` over an empty axis as ONNX's ReduceMax gives (PyTorch's refuses one)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, dim: int) -> torch.Tensor:
+        return x.amax(dim) if x.shape[dim] else x.new_full(x.shape[:dim] + x.shape[dim + 1 :], float("-inf"))
+
+    @staticmethod
+    def symbolic(g: Any, x: Any, dim: int) -> Any:
+        if g.opset >= 18:
+            return g.op("ReduceMax", x, g.op("Constant", value_t=torch.tensor([dim])), keepdims_i=0)
+        return g.op("ReduceMax", x, axes_i=[dim], keepdims_i=0)
 
 
 def slice_reduce(y: torch.Tensor, dim: int, out_size: int, family: str, flag_nan: bool) -> torch.Tensor:
@@ -229,13 +234,8 @@ def slice_reduce(y: torch.Tensor, dim: int, out_size: int, family: str, flag_nan
     parts = []
     for i in range(out_size):
         window = y[before + (slice(_div(i * length, out_size), _div((i + 1) * length + out_size - 1, out_size)),)]
-        if family == "avg":
-            parts.append(window.mean(dim, keepdim=True))
-        elif flag_nan:
-            parts.append(_nan_where_flagged(window.amax(dim, keepdim=True), window, dim, keepdim=True))
-        else:
-            parts.append(torch.max(window, dim, keepdim=True).values)
-    return torch.cat(parts, dim) if len(parts) > 1 else parts[0]
+        parts.append(window.mean(dim) if family == "avg" else _block_maximum(window, dim, flag_nan, True))
+    return torch.stack(parts, dim)
 
 
 def runs_natively(x: torch.Tensor) -> bool:

@@ -10,7 +10,7 @@ alternating repeats (``model_zoo_checks.timing``); ratios within one run are wha
 Peak memory: the input plus the most bytes the graph form's tensors hold at once, run in eager under a
 dispatch mode that counts each storage once (:class:`PeakBytes`; views add nothing), against input plus
 output (``peak / (in + out)``). It reads the values-only graph an exporter traces, without ONNX's NaN flags
-of max pools (one more ``Abs`` of each half block in onnxruntime).
+of max pools (one more ``Abs`` of each flagged block in onnxruntime).
 (onnxruntime's resident set, read around one run in a fresh process, did not move for inputs of a few MB.)
 """
 

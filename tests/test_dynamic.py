@@ -118,6 +118,33 @@ def test_the_max_graph_form_exhaustive_small_2d() -> None:
         _assert_max_exact(DynamicAdaptiveMaxPool((out_h, out_w)), x, (out_h, out_w))
 
 
+def test_the_onnx_max_graph_flags_only_the_block_past_the_entries_taken_one_per_window(tmp_path) -> None:
+    """10 -> 7 per axis: every window's entries at this size (three, the last repeated where a window holds two)
+    are gathered one per window and combined by Max, which propagates NaN; only the block of those past them is
+    reduced and flagged: one Abs per axis, the flag reaching the maximum through Max, not IsNaN and Where. Up to
+    the traced window length the block is empty and keeps one window, so its reductions are one row."""
+    onnx = pytest.importorskip("onnx")
+    onnxruntime = pytest.importorskip("onnxruntime")
+    path = str(tmp_path / "max.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        axes = {"x": {2: "h", 3: "w"}}
+        torch.onnx.export(
+            DynamicAdaptiveMaxPool((7, 7)), (torch.randn(1, 8, 10, 10),), path, dynamo=False, input_names=["x"], dynamic_axes=axes
+        )
+    model = onnx.load(path)
+    ops = [node.op_type for node in model.graph.node]
+    assert (ops.count("Abs"), ops.count("ReduceMax"), ops.count("Max"), ops.count("Where"), ops.count("IsNaN")) == (2, 2, 8, 0, 0)
+    reduced = [node.output[0] for node in model.graph.node if node.op_type == "ReduceMax"]
+    model.graph.output.extend(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None) for name in reduced)
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for size, rows in [(10, 1), (13, 1), (4, 1), (20, 7)]:  # 20 -> 7: windows of up to 4, one past the traced 3
+        x = non_finite((1, 8, size, size), torch.float32, seed=size)
+        pooled, *blocks = session.run(None, {"x": x.numpy()})
+        assert [min(block.shape[:2]) for block in blocks] == [rows, rows], size  # (windows, W, B), then (7, windows, B)
+        torch.testing.assert_close(torch.from_numpy(pooled), MAX[2](x, 7), rtol=0, atol=0, equal_nan=True)
+
+
 @pytest.mark.parametrize("kind", ["gathers", "slices"])
 def test_the_onnx_max_form_flags_nan_itself(monkeypatch, kind: str) -> None:
     """Under ONNX export the maximum is an amax beside a NaN flag (onnxruntime's ReduceMax skips NaN)."""
@@ -195,9 +222,10 @@ def test_a_million_long_axis_costs_memory_linear_in_it(family: str) -> None:
 
 
 # (family, input shape, output): the benchmark's pool cases (model_zoo_checks.benchmarks.SHAPES) with fewer
-# channels, and a bound a little above their peak over input plus output as measured (2.4-3.1; the forms
-# before these held 3.1-5.4). The issue's goal, 2, is not reached: the spatial-first copy alone is the
-# input's size, and a first axis shrunk to 0.7 of it lives beside it with one more such tensor.
+# channels, and a bound a little above their peak over input plus output as measured (2.1-3.1; the forms
+# before these held 3.1-5.4, and max pools read as two blocks of about half 2.5-3.0 on 3d and 1d). The issue's
+# goal, 2, is not reached: the spatial-first copy alone is the input's size, and a first axis shrunk to 0.7
+# of it lives beside it with one more such tensor.
 PEAK_CASES = [
     ("avg", (2, 64, 10, 10), (7, 7), 2.85),
     ("avg", (1, 64, 64, 64), (6, 6), 2.7),
@@ -205,9 +233,9 @@ PEAK_CASES = [
     ("avg", (2, 16, 5, 10, 10), (3, 7, 7), 3.1),
     ("avg", (2, 64, 1000), (101,), 2.5),
     ("max", (2, 64, 10, 10), (7, 7), 2.85),
-    ("max", (2, 16, 9, 10, 11), (4, 3, 7), 3.1),
+    ("max", (2, 16, 9, 10, 11), (4, 3, 7), 2.7),
     ("max", (2, 64, 4, 8), (6, 16), 2.95),
-    ("max", (2, 64, 1000), (101,), 2.55),
+    ("max", (2, 64, 1000), (101,), 2.25),
 ]
 
 
