@@ -10,6 +10,7 @@ differently in the thread that asked for them only; other threads see the real a
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -74,6 +75,24 @@ def export_flag(answer: bool | None) -> Iterator[FlagReads]:
         finally:
             _stacks.answers.pop()
             torch.onnx.is_in_onnx_export = original
+            _forget_stand_in_in_dynamo()
+
+
+def _forget_stand_in_in_dynamo() -> None:
+    """Drop Dynamo's cached tables of torch functions where they were built while a stand-in was in place.
+
+    Dynamo reads ``torch.onnx.is_in_onnx_export`` once, into cached tables keyed by the function object; built
+    under a stand-in, they hold it, and every later ``torch.compile``/``torch.export(strict=True)`` of code
+    that asks the real function fails ("Attempted to call function marked as skipped")."""
+    for module, table in (
+        ("torch._dynamo.trace_rules", "get_torch_obj_rule_map"),
+        ("torch._dynamo.variables.torch", "tracing_state_functions"),
+    ):
+        cached = getattr(sys.modules.get(module), table, None)
+        if cached is None or not hasattr(cached, "cache_info") or not cached.cache_info().currsize:
+            continue
+        if any(is_stand_in(function) for function in cached()):
+            cached.cache_clear()
 
 
 def is_stand_in(value: Any) -> bool:

@@ -45,3 +45,24 @@ def test_nested_sections_answer_innermost_and_errors_restore_the_original() -> N
             raise RuntimeError("inner")
     assert (outer.count, inner.count) == (1, 1)
     assert torch.onnx.is_in_onnx_export is original
+
+
+def test_dynamo_tables_built_while_the_flag_is_answered_are_forgotten_after_it() -> None:
+    """Dynamo caches its table of torch functions at first use; built under fxpool's stand-in it held the stand-in,
+    and a later torch.export(strict=True) of code asking torch.onnx.is_in_onnx_export() failed ("marked as skipped")
+    in whichever test ran after one that first traced with Dynamo inside a conversion."""
+    import torch._dynamo.trace_rules as trace_rules
+    import torch._dynamo.variables.torch as variables
+
+    class AsksTheFlag(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x if torch.onnx.is_in_onnx_export() else x + 1
+
+    variables.tracing_state_functions.cache_clear()
+    trace_rules.get_torch_obj_rule_map.cache_clear()
+    with export_flag(True):
+        variables.tracing_state_functions()
+        trace_rules.get_torch_obj_rule_map()
+    assert torch.onnx.is_in_onnx_export in variables.tracing_state_functions()
+    x = torch.randn(2)
+    torch.testing.assert_close(torch.export.export(AsksTheFlag(), (x,), strict=True).module()(x), x + 1)
