@@ -158,14 +158,10 @@ class Row:
 # Dynamic cases also run by the program route: torch.export with Dims first, then fxpool.convert(program).
 PROGRAM_ROUTE = ("psp pyramid dynamic", "alexnet dynamic")
 
-# Dynamic cases XNNPACK does not lower, with why; they run on ExecuTorch's portable kernels instead.
-XNNPACK_REFUSES = {
-    "max dynamic 10->7": (
-        "XNNPACK's partitioner takes the dynamic max form's aten.max.dim (keepdim=False), then its op_max_dim "
-        "visitor refuses it at preprocess: 'RuntimeError: amax.default only supports keep_dim == True' "
-        "(executorch 1.5.1); the portable kernels run it exactly"
-    ),
-}
+# Dynamic cases XNNPACK does not lower, with why; they run on ExecuTorch's portable kernels instead. None since
+# the dynamic max form reduces its entries by elementwise maxima (executorch 1.5.1 refused its max.dim without
+# keepdim before).
+XNNPACK_REFUSES: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
