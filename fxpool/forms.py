@@ -208,16 +208,25 @@ def sliding_window_means(x: torch.Tensor, step: SlidingWindowStep, dims: int, in
 
 
 def window_slice_means(x: torch.Tensor, dim: int, bounds: Sequence[tuple[int, int]]) -> torch.Tensor:
-    """Each window's mean along ``dim`` (negative): the window sliced out and averaged, the means concatenated.
-
-    Under torch.export for a PyTorch runtime a 2d pool's window is averaged by an AvgPool2d over the whole
-    window: XNNPACK (ExecuTorch) takes AvgPool2d, but no mean over one axis, nor a gather."""
-    if exporting_for_torch_runtimes() and x.dim() == 4:
-        kernels = [[end - start if axis == dim + 4 else 1 for axis in (2, 3)] for start, end in bounds]
-        means = [F.avg_pool2d(x.narrow(dim, start, end - start), k, k) for (start, end), k in zip(bounds, kernels)]
-    else:
-        means = [x.narrow(dim, start, end - start).mean(dim, keepdim=True) for start, end in bounds]
+    """Each window's mean along ``dim`` (negative): the window sliced out and averaged, the means concatenated
+    (by an AvgPool2d over the window where :func:`_means_by_pool`)."""
+    by_pool = _means_by_pool(x)
+    means = []
+    for start, end in bounds:
+        window = x.narrow(dim, start, end - start)
+        if by_pool:
+            kernel = [1, 1]
+            kernel[dim] = end - start
+            means.append(F.avg_pool2d(window, kernel, kernel))
+        else:
+            means.append(window.mean(dim, keepdim=True))
     return torch.cat(means, dim)
+
+
+def _means_by_pool(x: torch.Tensor) -> bool:
+    """A 2d pool under torch.export for a PyTorch runtime: XNNPACK (ExecuTorch) takes AvgPool2d, but no mean over
+    one axis, nor a gather, so each window is averaged by an AvgPool2d over it."""
+    return exporting_for_torch_runtimes() and x.dim() == 4
 
 
 def _upsample(x: torch.Tensor, step: UpsampleStep, batched: bool) -> torch.Tensor:
@@ -276,7 +285,7 @@ def run_steps(module: Any, x: torch.Tensor) -> torch.Tensor:
             x = pool(x, step.kernel, step.stride)
         elif isinstance(step, ReduceStep):
             x = _reduce(x, step, dims)
-        elif isinstance(step, SlidingWindowStep) and not (exporting_for_torch_runtimes() and x.dim() == 4):
+        elif isinstance(step, SlidingWindowStep) and not _means_by_pool(x):
             x = sliding_window_means(x, step, dims, getattr(module, f"indices_{index}"))
         elif isinstance(step, (SlidingWindowStep, WindowSlicesStep)):
             x = window_slice_means(x, step.axis - dims, window_bounds(step.in_size, step.out_size))

@@ -68,18 +68,19 @@ def export_flag(answer: bool | None) -> Iterator[FlagReads]:
     reads = FlagReads()
     with LOCK:
         original = torch.onnx.is_in_onnx_export
-        torch.onnx.is_in_onnx_export = _make_stand_in(getattr(original, "fxpool_original", original))
+        stand_in = _make_stand_in(getattr(original, "fxpool_original", original))
+        torch.onnx.is_in_onnx_export = stand_in
         _stacks.answers.append((answer, reads))
         try:
             yield reads
         finally:
             _stacks.answers.pop()
             torch.onnx.is_in_onnx_export = original
-            _forget_stand_in_in_dynamo()
+            _forget_in_dynamo(stand_in)
 
 
-def _forget_stand_in_in_dynamo() -> None:
-    """Drop Dynamo's cached tables of torch functions where they were built while a stand-in was in place.
+def _forget_in_dynamo(stand_in: Callable[[], bool]) -> None:
+    """Drop Dynamo's cached tables of torch functions where they were built while ``stand_in`` was in place.
 
     Dynamo reads ``torch.onnx.is_in_onnx_export`` once, into cached tables keyed by the function object; built
     under a stand-in, they hold it, and every later ``torch.compile``/``torch.export(strict=True)`` of code
@@ -91,7 +92,7 @@ def _forget_stand_in_in_dynamo() -> None:
         cached = getattr(sys.modules.get(module), table, None)
         if cached is None or not hasattr(cached, "cache_info") or not cached.cache_info().currsize:
             continue
-        if any(is_stand_in(function) for function in cached()):
+        if stand_in in cached():  # both tables are dicts keyed by the function: one lookup
             cached.cache_clear()
 
 
