@@ -14,15 +14,18 @@ Work and memory are linear in the input: no ``(o x L)`` mask. The forms
   read ``ceil(L/o) + 1`` entries from each window's start, a shorter window repeating its last: those of
   the size traced one per window, combined by Max, the rest as one block (:func:`window_maxima`). Under
   ``torch.export`` with a dynamic dimension and ``torch.fx`` each axis is one block of ``ceil(L/o) + 1 >= 2``
-  entries (sums masked): a block that may hold 0 or 1 entries adds a guard.
+  entries (sums masked): a block that may hold 0 or 1 entries adds a guard. Under ONNX export too, where
+  the block's NaN flag covers every entry.
 - ``slices`` (TorchScript tracing: the TorchScript ONNX exporter, ``torch.jit.trace``): per pooled
   axis each window sliced from its runtime bounds and reduced (ReduceMean; ReduceMax), the results
   concatenated; few long windows. Under ``torch.export`` slices of symbolic bounds add guards that
   named ``Dim``\\ s refuse, so there the gathers run instead.
 
-Max blocks under ONNX export carry a NaN flag (:func:`_nan_where_flagged`): onnxruntime's ReduceMax skips
-NaN, PyTorch's pools return it. Other tracers get ``torch.max(dim)``, whose gradient goes to the first
-maximum; their axes are taken last axis first, so a tie's gradient lands where PyTorch's kernel sends it.
+Max blocks under ONNX export carry a NaN flag (:func:`~fxpool.forms.nan_flagged`): ReduceMax and Max do not
+carry NaN in every runtime, PyTorch's pools return it. No block is ever empty: OpenVINO compiles a graph with an
+empty Gather, at a static size, into a process killed by SIGFPE. Other tracers get ``torch.max(dim)``, whose gradient
+goes to the first maximum; their axes are taken last axis first, so a tie's gradient lands where PyTorch's kernel
+sends it.
 
 Eager and ``torch.compile`` run PyTorch's own kernel; :meth:`_DynamicPool.traced_form` runs the graph form in
 eager (self-check, tests). One graph serves every input size: no Loop, If, GatherND or ScatterND.
@@ -31,12 +34,12 @@ eager (self-check, tests). One graph serves every input size: no Loop, If, Gathe
 from __future__ import annotations
 
 import warnings
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import nn
 
-from .forms import keep_memory_format
+from .forms import keep_memory_format, nan_flagged
 from .planning import DynamicKind
 from .replacements import native_pool_function, native_pool_module, normalized_output_size
 from .sizechecks import check_input, plain_eager
@@ -101,12 +104,6 @@ def _along(mask: torch.Tensor, dim: int, dims: int) -> torch.Tensor:
     return mask.reshape(mask.shape + (1,) * (dims - dim))
 
 
-def _nan_where_flagged(maxima: torch.Tensor, windows: torch.Tensor, dim: int) -> torch.Tensor:
-    """``maxima`` with NaN where a window holds one: the sum of its absolute values is NaN exactly then (no inf - inf;
-    ReduceL1 ran 2-3x slower in onnxruntime), and Max takes ``-inf - sum`` (IsNaN and Where ran 2.4x slower)."""
-    return torch.maximum(maxima, float("-inf") - windows.abs().sum(dim))
-
-
 def _symbolic(length: Any) -> bool:
     """Whether ``length`` is symbolic (``torch.export`` with a dynamic dimension, a ``torch.fx`` Proxy): there a
     block of a size that may be 0 or 1 adds a guard named ``Dim``\\ s refuse, so blocks are ``ceil(L/o) + 1 >= 2``."""
@@ -169,31 +166,29 @@ def _needs_gradient(x: torch.Tensor) -> bool:
 
 def window_maxima(y: torch.Tensor, dim: int, out_size: int, flag_nan: bool) -> torch.Tensor:
     """Each window's maximum along ``dim`` over ``ceil(L/o) + 1`` entries from its start (a shorter window repeats
-    its last, after the entries it copies, so ``torch.max`` finds the first). Those of the size traced (at most
-    :data:`MAX_SINGLES`; one fewer without a NaN flag) are gathered one per window and combined by Max, which
-    propagates NaN; the rest make one block (halves without a flag), reduced, flagged under ONNX export. A symbolic
-    length (:func:`_symbolic`) takes one block. A gradient takes ``torch.max`` and :func:`_first_maximum`."""
+    its last, after the entries it copies, so ``torch.max`` finds the first). Under ONNX export (``flag_nan``) and
+    at a symbolic length (:func:`_symbolic`) one block. Otherwise the entries of the size traced but one (at most
+    :data:`MAX_SINGLES`) are gathered one per window and combined by Max, the rest make one block (in halves),
+    never empty. A gradient takes ``torch.max`` and :func:`_first_maximum`."""
     length = y.shape[dim]
     grad = _needs_gradient(y) and not flag_nan
     if out_size == 1:
         return _block_maximum(y.unsqueeze(dim), dim + 1, flag_nan, grad)  # one window, the whole axis
     starts, ends = runtime_window_bounds(length, out_size, y.device)
     span = _div(length + (out_size - 1), out_size) + 1
-    singles = 0 if _symbolic(length) else min(MAX_SINGLES, _traced_int(span) - (not flag_nan))
+    if flag_nan or _symbolic(length):
+        return _block_maximum(gather_windows(y, dim, _positions(starts, 0, span, y, ends)), dim + 1, flag_nan, grad)
+    singles = min(MAX_SINGLES, _traced_int(span) - 1)
     combine = _first_maximum if grad else torch.maximum
-    result: Any = y.index_select(dim, starts) if singles else None  # each entry dies inside its Max
+    result = y.index_select(dim, starts)  # each entry dies inside its Max
     for offset in range(1, singles):
         result = combine(result, y.index_select(dim, torch.minimum(starts + offset, ends - 1)))
-    rest = span - singles  # under ONNX export none at the size traced: ReduceMax takes an empty block (-inf)
-    if isinstance(rest, int) and rest < 1:
-        return result
-    if isinstance(rest, torch.Tensor):  # traced, run at other sizes; an empty ONNX block keeps one window, not o,
-        rest = rest.clamp(min=int(not flag_nan))  # so its reductions and flag are one row that Max broadcasts
-        kept = torch.arange(cast(int, rest.clamp(max=1) * (out_size - 1) + 1) if flag_nan else out_size, device=y.device)
-        starts, ends = starts[kept], ends[kept]
-    for offset, count in [(0, rest)] if flag_nan or not singles else _halves(rest, 2):
-        top = _block_maximum(gather_windows(y, dim, _positions(starts, singles + offset, count, y, ends)), dim + 1, flag_nan, grad)
-        result = top if result is None else combine(result, top)
+    rest = span - singles
+    if isinstance(rest, torch.Tensor):  # traced, run at a smaller size: a repeat of the window's last entry
+        rest = rest.clamp(min=1)
+    for offset, count in _halves(rest, 2):
+        top = _block_maximum(gather_windows(y, dim, _positions(starts, singles + offset, count, y, ends)), dim + 1, False, grad)
+        result = combine(result, top)
         del top  # the block died in its reduction: nothing of this half lives while the next is gathered
     return result
 
@@ -206,24 +201,10 @@ def _positions(starts: torch.Tensor, offset: Any, count: Any, y: torch.Tensor, e
 
 def _block_maximum(windows: torch.Tensor, dim: int, flag_nan: bool, grad: bool) -> torch.Tensor:
     """The maximum over ``dim``: ``torch.max`` for a gradient (to the first maximum), ``amax`` for values, and
-    under ONNX export a ReduceMax with NaN where the block holds one (:func:`_nan_where_flagged`)."""
+    under ONNX export a ReduceMax with NaN where the block holds one (:func:`~fxpool.forms.nan_flagged`)."""
     if flag_nan:
-        return _nan_where_flagged(_EmptyMax.apply(windows, dim) if torch.jit.is_tracing() else windows.amax(dim), windows, dim)
+        return nan_flagged(windows.amax(dim), windows.abs().sum(dim))
     return torch.max(windows, dim).values if grad else windows.amax(dim)
-
-
-class _EmptyMax(torch.autograd.Function):
-    """``amax`` over ``dim``, ``-inf`` over an empty axis as ONNX's ReduceMax gives (PyTorch's refuses one)."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, dim: int) -> torch.Tensor:
-        return x.amax(dim) if x.shape[dim] else x.new_full(x.shape[:dim] + x.shape[dim + 1 :], float("-inf"))
-
-    @staticmethod
-    def symbolic(g: Any, x: Any, dim: int) -> Any:
-        if g.opset >= 18:
-            return g.op("ReduceMax", x, g.op("Constant", value_t=torch.tensor([dim])), keepdims_i=0)
-        return g.op("ReduceMax", x, axes_i=[dim], keepdims_i=0)
 
 
 def slice_reduce(y: torch.Tensor, dim: int, out_size: int, family: str, flag_nan: bool) -> torch.Tensor:

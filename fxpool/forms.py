@@ -78,21 +78,29 @@ def window_position_indices(in_size: int, out_size: int, span: int) -> list[torc
 
 def window_maxima(x: torch.Tensor, dim: int, gathers: Sequence[torch.Tensor]) -> torch.Tensor:
     """Each window's maximum along ``dim``: the elementwise maximum of ``x`` gathered at each index vector
-    of :func:`window_position_indices`. Exports as Gather and Max; Max propagates NaN (onnxruntime's
-    MaxPool and ReduceMax skip it)."""
+    of :func:`window_position_indices`, NaN where the window holds one (:func:`nan_flagged`)."""
     result = torch.index_select(x, dim, gathers[0])
+    magnitudes = result.abs()
     for indices in gathers[1:]:
-        result = torch.maximum(result, torch.index_select(x, dim, indices))
-    return result
+        entries = torch.index_select(x, dim, indices)
+        result = torch.maximum(result, entries)
+        magnitudes = magnitudes + entries.abs()
+    return nan_flagged(result, magnitudes)
 
 
 def window_block_maxima(x: torch.Tensor, dim: int, positions: torch.Tensor, out_size: int, span: int) -> torch.Tensor:
     """Each window's maximum along ``dim`` from one gather of its positions and one ReduceMax (for long windows,
-    where :func:`window_maxima` makes thousands of ops). NaN where the window holds one: onnxruntime's ReduceMax
-    skips NaN, and the sum of the window's absolute values is NaN exactly then (``|x| >= 0``: no inf - inf)."""
+    where :func:`window_maxima` makes thousands of ops), NaN where the window holds one (:func:`nan_flagged`)."""
     windows = x.index_select(dim, positions).unflatten(dim, (out_size, span))
-    flags = windows.abs().sum(dim + 1)
-    return torch.where(torch.isnan(flags), float("nan"), windows.amax(dim + 1))
+    return nan_flagged(windows.amax(dim + 1), windows.abs().sum(dim + 1))
+
+
+def nan_flagged(maxima: torch.Tensor, magnitudes: torch.Tensor) -> torch.Tensor:
+    """``maxima`` with NaN where ``magnitudes`` (each window's sum of absolute values: NaN exactly where the
+    window holds NaN, never inf - inf) is NaN. Max and ReduceMax do not carry NaN in every runtime (onnxruntime's
+    ReduceMax and MaxPool skip it; OpenVINO's Max keeps only its second operand's), Sub does; so the flag
+    ``-inf - magnitudes`` (``-inf`` or NaN) is Max's second operand (IsNaN and Where ran 2.4x slower)."""
+    return torch.maximum(maxima, float("-inf") - magnitudes)
 
 
 def window_sums(x: torch.Tensor, dim: int, positions: torch.Tensor, out_size: int, span: int) -> torch.Tensor:

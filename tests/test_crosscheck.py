@@ -60,3 +60,70 @@ def test_openvino_runs_a_converted_torchvision_model(tmp_path) -> None:
     with torch.no_grad():
         expected = model(x)
     torch.testing.assert_close(run_openvino(path, x), expected, rtol=1e-4, atol=1e-4)
+
+
+def with_non_finite(shape: tuple[int, ...], seed: int) -> torch.Tensor:
+    """Random values, about one in nine NaN, one in nine +inf and one in nine -inf."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=generator)
+    kind = torch.randint(0, 9, shape, generator=generator)
+    x[kind == 0], x[kind == 1], x[kind == 2] = float("nan"), float("inf"), float("-inf")
+    return x
+
+
+MAX_CASES = {  # uneven windows: fxpool writes the maximum itself (uniform ones are MaxPool or ReduceMax, see limitations)
+    "10->7": (nn.AdaptiveMaxPool2d((7, 7)), (10, 10), [(13, 11), (20, 20), (7, 7)]),
+    "4->7 (upsampling)": (nn.AdaptiveMaxPool2d((7, 7)), (4, 5), [(5, 4), (9, 9)]),
+    "1d 1000->101": (nn.AdaptiveMaxPool1d(101), (1000,), [(777,), (1500,)]),
+    "1d 2000->19 (one gather, ReduceMax)": (nn.AdaptiveMaxPool1d(19), (2000,), [(1900,)]),
+    "3d 9x10x11->3x4x5": (nn.AdaptiveMaxPool3d((3, 4, 5)), (9, 10, 11), [(12, 13, 15), (3, 4, 5)]),
+}
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+@pytest.mark.parametrize("case", list(MAX_CASES))
+def test_openvino_keeps_nan_and_inf_in_max_windows(case: str, dynamo: bool, dynamic: bool, tmp_path) -> None:
+    """OpenVINO's Max keeps NaN only from its second operand and its ReduceMax skips it; fxpool's max graphs
+    carry NaN by a flag of Abs, ReduceSum and Sub, so OpenVINO gives NaN, +inf and -inf where PyTorch does."""
+    pool, in_sizes, other_sizes = MAX_CASES[case]
+    x = torch.randn(2, 3, *in_sizes)  # verified in onnxruntime: a finite example
+    path = str(tmp_path / "max.onnx")
+    axes = {"x": {2 + axis: f"s{axis}" for axis in range(len(in_sizes))}} if dynamic else None
+    fxpool.export(pool, x, path, dynamo=dynamo, dynamic=dynamic, input_names=["x"], dynamic_axes=axes)
+    compiled = openvino.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    for size in [in_sizes] + (other_sizes if dynamic else []):
+        y = with_non_finite((2, 3, *size), seed=sum(size))
+        ours, theirs = torch.from_numpy(compiled([y.numpy()])[0]), pool(y)
+        assert torch.equal(ours.isnan(), theirs.isnan()), (case, size)
+        assert torch.equal(ours.nan_to_num(), theirs.nan_to_num()), (case, size)
+
+
+_COMPILE_AT_STATIC_SIZES = """
+import sys, numpy, openvino, torch
+core = openvino.Core()
+for size in map(int, sys.argv[2:]):
+    model = core.read_model(sys.argv[1])
+    model.reshape([1, 2, size, size])
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    x = torch.randn(1, 2, size, size)
+    got = torch.from_numpy(compiled([x.numpy()])[0])
+    assert torch.equal(got, torch.nn.functional.adaptive_max_pool2d(x, 7)), size
+"""
+
+
+def test_openvino_compiles_a_dynamic_max_graph_reshaped_to_static_sizes(tmp_path) -> None:
+    """``model.reshape`` to a static size folds the window arithmetic to constants: a Gather of no entries
+    there killed the process with SIGFPE (at 10, the size traced, and at 13 and 7). Run in a child process."""
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "max.onnx")
+    x = torch.randn(1, 2, 10, 10)
+    fxpool.export(
+        nn.AdaptiveMaxPool2d(7), x, path, dynamo=False, dynamic=True, input_names=["x"], dynamic_axes={"x": {2: "h", 3: "w"}}
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", _COMPILE_AT_STATIC_SIZES, path, "10", "13", "7", "30"], capture_output=True, text=True
+    )
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
