@@ -114,10 +114,10 @@ def window_sums(y: torch.Tensor, dim: int, dims: int, out_size: int) -> tuple[to
     """Each window's sum along spatial axis ``dim`` of a :func:`spatial_first` tensor of ``dims`` spatial
     axes, and its size (``(o,)``), from ``y``'s runtime length.
 
-    Every window holds its first ``L // o`` entries: gathered unmasked and summed, where they are 4 or
-    more as two blocks of about half (so the input, its spatial-first copy and half a block live at once).
-    It holds at most two more: each gathered as one entry per window (clamped into the window) and masked
-    to zero by Where where it lies past the window's end.
+    Every window holds its first ``max(L // o, 1)`` entries: gathered unmasked and summed, where they are 4
+    or more for two groups of windows in turn (so the input, its spatial-first copy and half a block live at
+    once). It holds at most two more: each gathered as one entry per window (clamped into the window) and
+    masked to zero by Where where it lies past the window's end. No gather is empty at any size.
     """
     length = y.shape[dim]
     starts, ends = runtime_window_bounds(length, out_size, y.device)
@@ -129,21 +129,32 @@ def window_sums(y: torch.Tensor, dim: int, dims: int, out_size: int) -> tuple[to
         inside = positions < ends.unsqueeze(1)
         windows = gather_windows(y, dim, torch.minimum(positions, ends.unsqueeze(1) - 1))
         return _sum(torch.where(_along(inside, dim, dims), windows, 0.0), dim + 1, dims + 2), ends - starts
-    fewest = _div(length, out_size)
-    parts = [_sum(gather_windows(y, dim, _positions(starts, *half, y)), dim + 1, dims + 2) for half in _halves(fewest)]
-    sums = parts.pop(0) + parts.pop() if len(parts) > 1 else parts.pop()  # popped, each half's sum dies in the Add
+    fewest = _at_least_one(_div(length, out_size))
+    parts = [
+        _sum(gather_windows(y, dim, _positions(starts[rows], 0, fewest, y)), dim + 1, dims + 2)
+        for rows in _halves(out_size, fewest)
+    ]
+    sums = torch.cat(parts, dim) if len(parts) > 1 else parts[0]
+    del parts
     for beyond in range(2):
         extra = starts + fewest + beyond  # its gathered entries die inside the Where: no third copy lives
         sums = sums + torch.where(_along(extra < ends, dim, dims), y.index_select(dim, torch.minimum(extra, ends - 1)), 0.0)
     return sums, ends - starts
 
 
-def _halves(count: Any, smallest: int = 4) -> list[tuple[Any, Any]]:
-    """``(offset, count)`` of the halves of ``count`` entries (the first ``ceil(count / 2)``), or the whole below ``smallest``."""
+def _halves(out_size: int, count: Any, smallest: int = 4) -> list[slice]:
+    """The windows in two groups of about half where each gathers ``count`` entries, ``smallest`` or more at the
+    size traced (so half a block lives at once), else all at once. Split by windows, never by entries: a group
+    is never empty at a size the graph is run at (a Gather of no entries is an error in PyTorch's amax and
+    kills OpenVINO's compiler with SIGFPE)."""
     if _traced_int(count) < smallest:
-        return [(0, count)]
-    half = _div(count + 1, 2)
-    return [(0, half), (half, count - half)]
+        return [slice(None)]
+    return [slice(0, (out_size + 1) // 2), slice((out_size + 1) // 2, None)]
+
+
+def _at_least_one(count: Any) -> Any:
+    """``max(count, 1)`` for an int or a size tensor under ``torch.jit.trace``."""
+    return count.clamp(min=1) if isinstance(count, torch.Tensor) else max(count, 1)
 
 
 def _traced_int(value: Any) -> int:
@@ -168,8 +179,8 @@ def window_maxima(y: torch.Tensor, dim: int, out_size: int, flag_nan: bool) -> t
     """Each window's maximum along ``dim`` over ``ceil(L/o) + 1`` entries from its start (a shorter window repeats
     its last, after the entries it copies, so ``torch.max`` finds the first). Under ONNX export (``flag_nan``) and
     at a symbolic length (:func:`_symbolic`) one block. Otherwise the entries of the size traced but one (at most
-    :data:`MAX_SINGLES`) are gathered one per window and combined by Max, the rest make one block (in halves),
-    never empty. A gradient takes ``torch.max`` and :func:`_first_maximum`."""
+    :data:`MAX_SINGLES`) are gathered one per window and combined by Max, the rest make one block (for two
+    groups of windows in turn), never empty. A gradient takes ``torch.max`` and :func:`_first_maximum`."""
     length = y.shape[dim]
     grad = _needs_gradient(y) and not flag_nan
     if out_size == 1:
@@ -183,14 +194,12 @@ def window_maxima(y: torch.Tensor, dim: int, out_size: int, flag_nan: bool) -> t
     result = y.index_select(dim, starts)  # each entry dies inside its Max
     for offset in range(1, singles):
         result = combine(result, y.index_select(dim, torch.minimum(starts + offset, ends - 1)))
-    rest = span - singles
-    if isinstance(rest, torch.Tensor):  # traced, run at a smaller size: a repeat of the window's last entry
-        rest = rest.clamp(min=1)
-    for offset, count in _halves(rest, 2):
-        top = _block_maximum(gather_windows(y, dim, _positions(starts, singles + offset, count, y, ends)), dim + 1, False, grad)
-        result = combine(result, top)
-        del top  # the block died in its reduction: nothing of this half lives while the next is gathered
-    return result
+    rest = _at_least_one(span - singles)  # traced, run at a smaller size: a repeat of the window's last entry
+    tops = [
+        _block_maximum(gather_windows(y, dim, _positions(starts[rows], singles, rest, y, ends[rows])), dim + 1, False, grad)
+        for rows in _halves(out_size, rest, 2)
+    ]  # each group's block dies in its reduction: nothing of it lives while the next is gathered
+    return combine(result, torch.cat(tops, dim) if len(tops) > 1 else tops[0])
 
 
 def _positions(starts: torch.Tensor, offset: Any, count: Any, y: torch.Tensor, ends: Any = None) -> torch.Tensor:

@@ -100,30 +100,35 @@ def test_openvino_keeps_nan_and_inf_in_max_windows(case: str, dynamo: bool, dyna
 
 
 _COMPILE_AT_STATIC_SIZES = """
-import sys, numpy, openvino, torch
+import sys, openvino, torch
 core = openvino.Core()
-for size in map(int, sys.argv[2:]):
-    model = core.read_model(sys.argv[1])
-    model.reshape([1, 2, size, size])
+family, path, out_size, sizes = sys.argv[1], sys.argv[2], int(sys.argv[3]), [int(size) for size in sys.argv[4:]]
+pool = torch.nn.functional.adaptive_max_pool1d if family == "max" else torch.nn.functional.adaptive_avg_pool1d
+for size in sizes:
+    model = core.read_model(path)
+    model.reshape([1, 2, size])
     compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    x = torch.randn(1, 2, size, size)
-    got = torch.from_numpy(compiled([x.numpy()])[0])
-    assert torch.equal(got, torch.nn.functional.adaptive_max_pool2d(x, 7)), size
+    x = torch.randn(1, 2, size)
+    torch.testing.assert_close(torch.from_numpy(compiled([x.numpy()])[0]), pool(x, out_size), rtol=1e-5, atol=1e-6)
 """
 
 
-def test_openvino_compiles_a_dynamic_max_graph_reshaped_to_static_sizes(tmp_path) -> None:
+@pytest.mark.parametrize("family", ["avg", "max"])
+@pytest.mark.parametrize(("length", "out_size"), [(10, 7), (1000, 101)], ids=["10->7", "1000->101"])
+def test_openvino_compiles_a_dynamic_graph_reshaped_to_static_sizes(family: str, length: int, out_size: int, tmp_path) -> None:
     """``model.reshape`` to a static size folds the window arithmetic to constants: a Gather of no entries
-    there killed the process with SIGFPE (at 10, the size traced, and at 13 and 7). Run in a child process."""
+    there kills the process with SIGFPE (the max block at the size traced, the average's ``L // o`` entries
+    below ``o``, a half of those entries where fewer than two remain). Run in a child process."""
     import subprocess
     import sys
 
-    path = str(tmp_path / "max.onnx")
-    x = torch.randn(1, 2, 10, 10)
+    path = str(tmp_path / "pool.onnx")
+    pool = nn.AdaptiveMaxPool1d(out_size) if family == "max" else nn.AdaptiveAvgPool1d(out_size)
     fxpool.export(
-        nn.AdaptiveMaxPool2d(7), x, path, dynamo=False, dynamic=True, input_names=["x"], dynamic_axes={"x": {2: "h", 3: "w"}}
+        pool, torch.randn(1, 2, length), path, dynamo=False, dynamic=True, input_names=["x"], dynamic_axes={"x": {2: "L"}}
     )
+    sizes = [str(size) for size in (length, length + 3, 2 * length, out_size, 4, 1, 3 * out_size // 2)]
     run = subprocess.run(
-        [sys.executable, "-c", _COMPILE_AT_STATIC_SIZES, path, "10", "13", "7", "30"], capture_output=True, text=True
+        [sys.executable, "-c", _COMPILE_AT_STATIC_SIZES, family, path, str(out_size), *sizes], capture_output=True, text=True
     )
     assert run.returncode == 0, (run.returncode, run.stderr[-2000:])

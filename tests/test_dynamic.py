@@ -171,6 +171,22 @@ def test_torch_jit_trace_of_a_dynamic_conversion_is_exact_at_other_sizes() -> No
         torch.testing.assert_close(traced(x), model(x), rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
+@pytest.mark.parametrize("family", ["avg", "max"])
+def test_torch_jit_trace_of_long_windows_is_exact_where_they_shrink_to_one_entry(family: str) -> None:
+    """1000 -> 101 reads each window's entries for two groups of windows in turn (9 and more at the size traced);
+    run at sizes down to fewer entries than windows, no group is empty (splitting the entries instead left the
+    second half empty there: PyTorch's amax refused it, and OpenVINO's compiler died on it at a static size)."""
+    model = MODULES[family]((101,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(
+            fxpool.convert(torch.nn.Sequential(model), torch.randn(1, 2, 1000), dynamic=True), (torch.randn(1, 2, 1000),)
+        )
+    for length in (1300, 300, 150, 101, 50, 7):
+        x = non_finite((2, 2, length), torch.float32, seed=length)
+        torch.testing.assert_close(traced(x), native(family, x, (101,)), rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
 @pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
 @pytest.mark.parametrize("case", ["avg-gathers", "avg-slices", "max-gathers", "max-slices", "avg-1d", "max-3d"])
 def test_one_exported_graph_is_exact_at_sizes_it_never_saw(case: str, dynamo: bool, tmp_path) -> None:
