@@ -89,13 +89,14 @@ def _sum(windows: torch.Tensor, dim: int, rank: int) -> torch.Tensor:
 def spatial_first(x: torch.Tensor, dims: int) -> torch.Tensor:
     """``(*lead, *spatial)`` as a contiguous ``(*spatial, B)``, the leading axes flattened into one: one
     Transpose in ONNX (the flattening and its undoing are Reshapes, no copy). Every rank after it is known,
-    under ``torch.fx`` too."""
-    return x.flatten(0, -dims - 1).permute(list(range(1, dims + 1)) + [0]).contiguous()
+    under ``torch.fx`` too. A clone, not ``.contiguous()``: asking whether it is contiguous already guards on
+    the sizes (it is, at size 1), and the dynamo ONNX exporter drops the guard."""
+    return x.flatten(0, -dims - 1).permute(list(range(1, dims + 1)) + [0]).clone(memory_format=torch.contiguous_format)
 
 
 def spatial_back(y: torch.Tensor, lead: Any, dims: int) -> torch.Tensor:
     """:func:`spatial_first` undone: ``(*spatial, B)`` as a contiguous ``(*lead, *spatial)``."""
-    return y.permute([dims] + list(range(dims))).contiguous().unflatten(0, lead)
+    return y.permute([dims] + list(range(dims))).clone(memory_format=torch.contiguous_format).unflatten(0, lead)
 
 
 def _along(mask: torch.Tensor, dim: int, dims: int) -> torch.Tensor:
