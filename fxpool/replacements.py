@@ -21,7 +21,7 @@ from torch import nn
 from .errors import PoolCallError
 from .forms import AVG_POOLS, MAX_POOLS, plan_constants, run_onnx_steps, run_steps, window_scales
 from .planning import choose_plan
-from .sizechecks import check_input, exporting, plain_eager, pool_at, traced_guard
+from .sizechecks import check_input, plain_eager, pool_at, traced_guard
 from .steps import PoolPlan, PoolStep, ReduceStep, WindowScaleStep, axis_names
 
 torch.fx.wrap("check_input")  # a leaf here too, so converted models trace again with torch.fx
@@ -124,7 +124,7 @@ class ExactAdaptivePool(nn.Module):
             # torch.compile is not an exporter: inductor lowers PyTorch's own pool exactly, and faster
             # than the plain-op form (compiled, 2-8x on the CPU; the H200 run: 1.4-1.6x).
             return native_pool(x, *self.fxpool_native_reference)
-        eager = isinstance(x, torch.Tensor) and not exporting()  # not a Proxy, nothing traces
+        eager = isinstance(x, torch.Tensor) and plain_eager()  # not a Proxy, nothing traces
         # Under autocast the native pool's own policy decides the output dtype (CPU runs 3d pools in
         # float32, say): in eager, PyTorch's kernel is the exact answer.
         if eager and (self.runs_native_in_eager or torch.is_autocast_enabled(x.device.type)):
