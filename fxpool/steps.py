@@ -10,11 +10,9 @@ from typing import Literal
 PoolFamily = Literal["avg", "max"]
 AxisKind = Literal["identity", "reduce", "pool", "upsample", "sliding", "slices", "gather"]
 
-# The max family's window maxima take one gather per window position, then an elementwise Max of them:
-# past this many positions (a long 1d axis: 1,000,000 -> 997 has 1004) the exporters spend minutes on
-# the thousands of ops (108 s for the dynamo exporter, 23 s for TorchScript's), so the window's positions
-# are gathered as one (o, span) block and reduced by one ReduceMax, with a NaN flag beside it (the sum
-# of the window's absolute values; onnxruntime's ReduceMax skips NaN), as ``dynamic=True`` does: 1.1-3.4 s.
+# The max family's window maxima take one gather per window position and an elementwise Max: past this many
+# positions the exporters spend minutes on the ops (1,000,000 -> 997: 108 s), so the positions are gathered as one
+# (o, span) block reduced by one ReduceMax, with a NaN flag beside it (onnxruntime's ReduceMax skips NaN).
 WINDOW_MAXIMA_MAX_GATHERS = 32
 
 
@@ -217,15 +215,11 @@ class PoolPlan:
 
     def describe(self) -> str:
         """A one-line human summary of the steps, e.g. ``AvgPool2d(k=(3, 3), s=(2, 2))``."""
-        if not self.steps:
-            return "identity"
-        return " -> ".join(_describe_step(step, self.spatial_dims) for step in self.steps)
+        return " -> ".join(_describe_step(step, self.spatial_dims) for step in self.steps) or "identity"
 
     def describe_onnx(self) -> str:
         """:meth:`describe` of what ONNX export runs (:attr:`onnx_steps`, else ``steps``)."""
-        if not self.onnx_steps:
-            return self.describe()
-        return " -> ".join(_describe_step(step, self.spatial_dims) for step in self.onnx_steps)
+        return " -> ".join(_describe_step(step, self.spatial_dims) for step in self.onnx_steps) or self.describe()
 
     def reasons(self) -> str:
         """Why each axis got its kind, one clause per axis."""
@@ -234,22 +228,16 @@ class PoolPlan:
 
 
 def _step_kind(step: Step, spatial_dims: int) -> str:
+    """The name of a plan's first step: planning's ``steps`` begin with one of these kinds (the ONNX-only
+    steps and the scaling after a pool never come first)."""
     if isinstance(step, PoolStep):
         return f"{'AvgPool' if step.family == 'avg' else 'MaxPool'}{spatial_dims}d"
     if isinstance(step, ReduceStep):
         return "mean" if step.family == "avg" else "amax"
-    if isinstance(step, WindowReduceStep):
-        return "window-max" if step.family == "max" else "window-sum"
-    if isinstance(step, BlockReduceStep):
-        return "block-max" if step.family == "max" else "block-sum"
     kinds: dict[type, str] = {
         SlidingWindowStep: "sliding",
         WindowSlicesStep: "slices",
         WindowGatherStep: "gather",
-        SpatialLayoutStep: "transpose",
-        WindowZeroStep: "zero",
-        WindowCountStep: "count",
-        WindowScaleStep: "scale",
         UpsampleStep: "nearest",
     }
     return kinds[type(step)]
