@@ -283,45 +283,44 @@ def _convert(model: nn.Module, example: Example, dynamic: bool, front: FrontEnd 
 
 def _pipeline(model: nn.Module, example: Example, dynamic: bool, front: FrontEnd) -> tuple[nn.Module, ConversionReport, Any]:
     """Record, then find, decide, build and check on fresh copies until the check passes or nothing is left to
-    undo; the converted model, its report and the original's output on the example."""
-    # The example runs fork the global random generators: one lock.
-    with LOCK:
-        recording = record_pool_calls(model, example)
-        # Where replacement constants go when the example is on the meta device: beside the weights.
-        weights = (t.device for t in itertools.chain(model.parameters(), model.buffers()) if t.device.type != "meta")
-        fallback_device = next(weights, torch.device("cpu"))
-        undo = _Undo()
-        first: _Round | None = None
-        noise: Noise | None = None  # the original's own, measured once, at the first whole-model mismatch
-        for _ in range(MAX_CHECK_ROUNDS):
-            applied = tuple(undo.actions)
-            work = front.fresh_copy(model)
-            found = front.find(work, recording)
-            decisions = tuple(decide(site, dynamic=dynamic, undone=undo.replacements.get(site.location)) for site in found.sites)
-            built = front.put_in_place(work, found, decisions, fallback_device)
-            if built.changed:
-                export = recording.export_branch
-                check = self_check(built.root, example, recording.output, None if export is None else export.output)
-            else:
-                check = _unchanged_check(bool(applied), any(site.already is not None for site in found.sites))
-            unrun = _unrun(decisions, check) if built.changed and check.status == "passed" else ()
-            if unrun and undo.learn_unrun(unrun):
-                continue  # a replacement the example never reached: PyTorch's pool ran in its place
-            result = _Round(found, decisions, built.root, replace(check, actions=applied))
-            first = first or result
-            if result.check.status != "failed":
+    undo; the converted model, its report and the original's output on the example. The caller holds ``LOCK``:
+    the example runs fork the global random generators."""
+    recording = record_pool_calls(model, example)
+    # Where replacement constants go when the example is on the meta device: beside the weights.
+    weights = (t.device for t in itertools.chain(model.parameters(), model.buffers()) if t.device.type != "meta")
+    fallback_device = next(weights, torch.device("cpu"))
+    undo = _Undo()
+    first: _Round | None = None
+    noise: Noise | None = None  # the original's own, measured once, at the first whole-model mismatch
+    for _ in range(MAX_CHECK_ROUNDS):
+        applied = tuple(undo.actions)
+        work = front.fresh_copy(model)
+        found = front.find(work, recording)
+        decisions = tuple(decide(site, dynamic=dynamic, undone=undo.replacements.get(site.location)) for site in found.sites)
+        built = front.put_in_place(work, found, decisions, fallback_device)
+        if built.changed:
+            export = recording.export_branch
+            check = self_check(built.root, example, recording.output, None if export is None else export.output)
+        else:
+            check = _unchanged_check(bool(applied), any(site.already is not None for site in found.sites))
+        unrun = _unrun(decisions, check) if built.changed and check.status == "passed" else ()
+        if unrun and undo.learn_unrun(unrun):
+            continue  # a replacement the example never reached: PyTorch's pool ran in its place
+        result = _Round(found, decisions, built.root, replace(check, actions=applied))
+        first = first or result
+        if result.check.status != "failed":
+            break
+        if not result.check.failed_replacements:
+            noise = noise or rounding_noise(model, example, recording.output)
+            if not noise.deterministic:
+                result = replace(first, check=_inconclusive(first.check))
                 break
-            if not result.check.failed_replacements:
-                noise = noise or rounding_noise(model, example, recording.output)
-                if not noise.deterministic:
-                    result = replace(first, check=_inconclusive(first.check))
-                    break
-                accepted = result.check.within_noise(noise)
-                if accepted is not None:  # the model's own rounding (TF32 downstream, say), not the conversion
-                    result = replace(result, check=accepted)
-                    break
-            if not undo.learn(result):
-                break  # nothing left to undo: the last conversion stands, its check says failed
+            accepted = result.check.within_noise(noise)
+            if accepted is not None:  # the model's own rounding (TF32 downstream, say), not the conversion
+                result = replace(result, check=accepted)
+                break
+        if not undo.learn(result):
+            break  # nothing left to undo: the last conversion stands, its check says failed
     return result.converted, result.report(), recording.output
 
 
