@@ -25,7 +25,7 @@ from .copying import structural_copy, tree_modules
 from .errors import error_summary
 from .example import Example, example_run
 from .globalstate import export_flag
-from .replacements import native_pool_function
+from .replacements import native_pool, native_pool_function
 
 # Largest |converted - original| allowed, relative to the compared tensor's largest magnitude
 # (at least 1). Only the pools differ between the two models and each is exact up to the order
@@ -131,10 +131,8 @@ def _run(model: nn.Module, example: Example, mode: contextlib.AbstractContextMan
 @contextlib.contextmanager
 def isolated_run(model: nn.Module, example: Example) -> Iterator[None]:
     """A run of ``model`` (fxpool's copy) on ``example`` that leaves no trace: :func:`example_run`'s rules, stderr
-    held back (a GraphModule that raises prints its code there; the caller reports the error), and each module's
-    buffers replaced by clones until the run ends, since the copy shares its buffer tensors with the caller's
-    model (a run in train mode writes batch-norm statistics). The buffer dicts change in place, so a graph
-    that shares a module's dict sees the clones."""
+    held back (a GraphModule that raises prints its code there), and the buffers the copy shares with the caller's
+    model (batch-norm statistics) replaced by clones until the run ends, in place, for a graph sharing the dict."""
     saved: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
     for module in tree_modules(model):
         buffers = module._buffers
@@ -218,11 +216,9 @@ def _replacement_hook(checks: list[ReplacementCheck]):
             return
         if not isinstance(x, torch.Tensor) or not isinstance(output, torch.Tensor):
             return
-        dims = len(out_sizes)
-        sizes = tuple(x.shape[axis - dims] if o is None else o for axis, o in enumerate(out_sizes))
         outputs = [output]
         try:  # raising: the replacement was built for another input than it gets, so it is wrong
-            expected = native_pool_function(family, dims)(x, sizes)
+            expected = native_pool(x, family, out_sizes)
             if getattr(module, "runs_native_in_eager", False):  # prove the forms exporters will see as well
                 outputs.append(module.traced_form(x))
                 if getattr(getattr(module, "plan", None), "onnx_steps", ()):  # and ONNX export's own
