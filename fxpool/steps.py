@@ -210,8 +210,17 @@ class PoolPlan:
 
     @property
     def kind(self) -> str:
-        """The name of the first step's op (``identity`` for none), as reports count replacements."""
-        return _step_kind(self.steps[0], self.spatial_dims) if self.steps else "identity"
+        """The name of the first step's op (``identity`` for none), as reports count replacements. Planning's steps
+        begin with one of these (the ONNX-only steps and the scaling after a pool never come first)."""
+        if not self.steps:
+            return "identity"
+        step = self.steps[0]
+        if isinstance(step, PoolStep):
+            return f"{'AvgPool' if step.family == 'avg' else 'MaxPool'}{self.spatial_dims}d"
+        if isinstance(step, ReduceStep):
+            return "mean" if step.family == "avg" else "amax"
+        names = {SlidingWindowStep: "sliding", WindowSlicesStep: "slices", WindowGatherStep: "gather", UpsampleStep: "nearest"}
+        return names[type(step)]
 
     def describe(self) -> str:
         """A one-line human summary of the steps, e.g. ``AvgPool2d(k=(3, 3), s=(2, 2))``."""
@@ -225,22 +234,6 @@ class PoolPlan:
         """Why each axis got its kind, one clause per axis."""
         names = axis_names(self.spatial_dims)
         return "; ".join(f"{name} {axis.reason}" for name, axis in zip(names, self.axes))
-
-
-def _step_kind(step: Step, spatial_dims: int) -> str:
-    """The name of a plan's first step: planning's ``steps`` begin with one of these kinds (the ONNX-only
-    steps and the scaling after a pool never come first)."""
-    if isinstance(step, PoolStep):
-        return f"{'AvgPool' if step.family == 'avg' else 'MaxPool'}{spatial_dims}d"
-    if isinstance(step, ReduceStep):
-        return "mean" if step.family == "avg" else "amax"
-    kinds: dict[type, str] = {
-        SlidingWindowStep: "sliding",
-        WindowSlicesStep: "slices",
-        WindowGatherStep: "gather",
-        UpsampleStep: "nearest",
-    }
-    return kinds[type(step)]
 
 
 def _describe_step(step: Step, spatial_dims: int) -> str:
