@@ -53,8 +53,9 @@ class Example:
             for leaf in tree_leaves(value):
                 if isinstance(leaf, torch.Tensor):
                     named.append((name, leaf))
-                elif defaults_as_inputs and isinstance(leaf, (bool, int, float)):
-                    named.append((name, torch.tensor(leaf, dtype=_scalar_dtype(leaf))))
+                elif defaults_as_inputs and isinstance(leaf, (bool, int, float)):  # as the TorchScript exporter makes them
+                    dtype = torch.bool if isinstance(leaf, bool) else torch.int64 if isinstance(leaf, int) else torch.float64
+                    named.append((name, torch.tensor(leaf, dtype=dtype)))
         return named
 
     @property
@@ -96,11 +97,6 @@ def example_run(example: Example) -> Iterator[None]:
             yield
     finally:
         random.setstate(python_state)
-
-
-def _scalar_dtype(number: bool | int | float) -> torch.dtype:
-    """What the TorchScript exporter makes of a Python number it turns into a graph input."""
-    return torch.bool if isinstance(number, bool) else torch.int64 if isinstance(number, int) else torch.float64
 
 
 def _describe(value: Any) -> str:

@@ -108,7 +108,8 @@ def _module_sites(name: str, module: nn.Module, events: list[PoolEvent], export_
     """A pool module's site, or one per spatial size where it is called at several."""
     call = events[0].call
     sizes = list(dict.fromkeys(_spatial(e) for e in events))
-    if len(sizes) == 1 or _same_at_every_size(call):
+    # every axis reduced whole (output 1) or kept (None): one replacement serves every size, so one site
+    if len(sizes) == 1 or (call.output_size is not None and all(size in (1, None) for size in call.output_size)):
         groups: list[tuple[str, tuple[int, ...] | None, list[PoolEvent]]] = [("", None, events)]
     else:
         groups = [(f"#{k}", size, [e for e in events if _spatial(e) == size]) for k, size in enumerate(sizes)]
@@ -119,12 +120,6 @@ def _module_sites(name: str, module: nn.Module, events: list[PoolEvent], export_
         calls = sum(id(e) not in export_only for e in at_size)
         sites.append(PoolSite(location, call, tuple(at_size), module=module, size=size, export_branch=branch, calls=calls))
     return sites
-
-
-def _same_at_every_size(call: PoolCall) -> bool:
-    """A pool whose every axis is a whole-axis reduction (output 1) or kept (None): one replacement of it
-    serves every size, so its calls at several sizes stay one site."""
-    return call.output_size is not None and all(size in (1, None) for size in call.output_size)
 
 
 _SCRIPTED = (

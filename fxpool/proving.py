@@ -80,7 +80,8 @@ def _jit_pools(model: nn.Module, example: Example) -> tuple[NativePool, ...]:
             continue
         inputs, outputs = list(node.inputs()), list(node.outputs())
         in_shape, out_shape = _shape(inputs[0]), (_shape(outputs[0]) if outputs else None)
-        found.append(NativePool(node.kind(), form.family, _scope(node.scopeName()), in_shape, out_shape))
+        scope = node.scopeName().split("/")[-1].removeprefix("__module.").removeprefix("__module")  # "features.5"
+        found.append(NativePool(node.kind(), form.family, scope, in_shape, out_shape))
     return tuple(found)
 
 
@@ -90,11 +91,6 @@ def jit_nodes(nodes: Any) -> Iterator[Any]:
         yield node
         for block in node.blocks():
             yield from jit_nodes(block.nodes())
-
-
-def _scope(scope_name: str) -> str:
-    """The module path of a TorchScript scope (``__module.features/__module.features.5`` -> ``features.5``)."""
-    return scope_name.split("/")[-1].removeprefix("__module.").removeprefix("__module")
 
 
 def _shape(value: Any) -> tuple[int, ...] | None:
