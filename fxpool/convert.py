@@ -1,8 +1,7 @@
 """``convert`` and ``explain``: the one pipeline (record, find, decide, build, check, undo, prove).
 
-Copy, find and build belong to the front end (:class:`FrontEnd`): the module tree's, or
-:mod:`fxpool.programs`' for ATen-level graphs and ``torch.export`` programs; record, decide, check and
-undo are shared. What the self-check refuses is undone and the pipeline runs again on a fresh copy.
+Copy, find and build belong to the front end (:class:`FrontEnd`: the module tree's, or :mod:`fxpool.programs`'),
+the rest is shared. What the self-check refuses is undone and the pipeline runs again on a fresh copy.
 """
 
 from __future__ import annotations

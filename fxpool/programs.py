@@ -1,11 +1,9 @@
 """torch.export programs and ATen-level graphs: the pipeline's second front end (see ARCHITECTURE.md).
 
-Only what is particular to a graph is here. Each ATen pool node is a site ``<program>:NODE`` (``<graph>:NODE``
-for a graph module), matched in graph order with the calls the recording saw the graph's own forward make; a
-node in a control-flow subgraph is left. The replacements are called in their nodes' place in a graph copy,
-and a program is exported again with its own dynamic dimensions, so the new one keeps the original's
-signature and state and holds only ATen operators (no fxpool code, no custom op). The proof is the same
-finder read over the new program's graph.
+Each ATen pool node is a site ``<program>:NODE`` (``<graph>:NODE`` for a graph module), matched in graph order
+with the calls the recording saw the graph's own forward make; a node in a control-flow subgraph is left. A program
+is exported again with its own dynamic dimensions: the new one keeps the original's signature and state and holds
+only ATen operators (no fxpool code, no custom op).
 """
 
 from __future__ import annotations
@@ -231,11 +229,8 @@ def _user_input_values(program: ExportedProgram) -> list[Any]:
 
 
 def reexport(program: ExportedProgram, converted: nn.Module, example: Example) -> ExportedProgram:
-    """``torch.export`` of the rewritten module with the program's dynamic dimensions, at its dialect.
-
-    Replacement buffers only another tracer reads (the ONNX forms' indices) would be inputs of the
-    program that nothing uses: they are dropped from the replacements and the module exported again.
-    """
+    """``torch.export`` of the rewritten module with the program's dynamic dimensions, at its dialect; replacement
+    buffers only another tracer reads (the ONNX forms' indices) are dropped, and the module exported again."""
     dynamic_shapes = _dynamic_shapes(program, example)
     result = _export(converted, example, dynamic_shapes)
     dead = _unused_replacement_buffers(result)

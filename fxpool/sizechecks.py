@@ -1,9 +1,6 @@
-"""Where a replacement runs (:func:`plain_eager`, :func:`exporting`), and the size checks it makes there.
-
-A replacement specialised to the example's spatial size must never compute at another size: it checks its
-input in eager and while an exporter traces (:func:`check_input`), and leaves a check in what
-``torch.jit.trace`` and the TorchScript ONNX exporter record (:func:`traced_guard`).
-"""
+"""Where a replacement runs (:func:`plain_eager`), and the size checks it makes there: one specialised to the
+example's spatial size never computes at another, in eager and while an exporter traces (:func:`check_input`), nor
+in what ``torch.jit.trace`` and the TorchScript ONNX exporter record (:func:`traced_guard`)."""
 
 from __future__ import annotations
 

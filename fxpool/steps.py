@@ -88,13 +88,10 @@ class WindowGatherStep:
 
 @dataclass(frozen=True)
 class WindowReduceStep:
-    """Each window's maximum (max) or sum (avg) along one axis, from constant-index gathers (ONNX only).
-
-    Max: gather ``j`` takes position ``j`` of every window (a shorter window repeats its last), then the
-    elementwise Max, which propagates NaN where onnxruntime's MaxPool and ReduceMax skip it. Average: one
-    gather of every window's positions (a shorter window's missing ones point at :class:`WindowZeroStep`'s
-    zero), summed over the span; :class:`WindowCountStep` divides after the last axis.
-    """
+    """Each window's maximum (max) or sum (avg) along one axis, from constant-index gathers (ONNX only). Max: gather
+    ``j`` takes position ``j`` of every window (a shorter window repeats its last), then the elementwise Max, which
+    propagates NaN. Average: one gather of every window's positions (a shorter window's missing ones point at
+    :class:`WindowZeroStep`'s zero), summed over the span; :class:`WindowCountStep` divides after the last axis."""
 
     family: PoolFamily
     axis: int
@@ -191,13 +188,9 @@ class PoolPlan:
 
     @property
     def guarded_axes(self) -> tuple[int, ...]:
-        """Spatial axes whose traced size the replacement depends on.
-
-        An axis is size-agnostic when it follows its input (``None`` in output_size) or is reduced
-        by a mean/max that does not name its length; an output-1 axis folded into a pooling kernel
-        is not. When the output size is a scale of the input's, every axis is guarded: at another
-        input size the output size itself changes.
-        """
+        """Spatial axes whose traced size the replacement depends on: all where the output size is a scale of the
+        input's; else those neither following their input (``None`` in output_size) nor reduced by a mean/max
+        that does not name their length (an output-1 axis folded into a pooling kernel does)."""
         if self.scaled_output:
             return tuple(range(self.spatial_dims))
         folded = any(isinstance(step, PoolStep) for step in self.steps)
