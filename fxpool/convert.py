@@ -235,9 +235,6 @@ class _Round:
     converted: nn.Module
     check: SelfCheck
 
-    def report(self) -> ConversionReport:
-        return ConversionReport(tuple(d.record for d in self.decisions), self.found.intercepted, check=self.check)
-
 
 @dataclass(frozen=True)
 class FrontEnd:
@@ -320,7 +317,8 @@ def _pipeline(model: nn.Module, example: Example, dynamic: bool, front: FrontEnd
                 break
         if not undo.learn(result):
             break  # nothing left to undo: the last conversion stands, its check says failed
-    return result.converted, result.report(), recording.output
+    report = ConversionReport(tuple(d.record for d in result.decisions), result.found.intercepted, check=result.check)
+    return result.converted, report, recording.output
 
 
 def _is_compiled(model: nn.Module) -> bool:
