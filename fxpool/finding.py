@@ -129,9 +129,8 @@ _SCRIPTED = (
 
 
 def _scripted(module: torch.jit.ScriptModule, name: str) -> list[PoolSite]:
-    """Every pool of a TorchScript module, each a site left with the reason, so a scripted pool is never
-    unreported: its pool modules by class, then the functional calls of its inlined graph (which holds the
-    pool modules' calls too, first)."""
+    """Every pool of a TorchScript module, a site left with the reason: its pool modules by class, then the functional
+    calls of its inlined graph (which holds the pool modules' calls too, first)."""
     sites = []
     for sub_name, sub in module.named_modules():
         class_name = getattr(sub, "original_name", None)
