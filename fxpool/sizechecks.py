@@ -17,9 +17,8 @@ from .errors import PoolCallError, SpatialSizeError
 
 @torch.fx.wrap
 def check_input(x: torch.Tensor, expected: tuple[int | None, ...], location: str) -> torch.Tensor:
-    """Return ``x`` if it is floating and its trailing spatial sizes match ``expected`` (``None``: any), in eager
-    and while a tracer runs (a graph traced at another size would compute wrong values); a spatial size left
-    symbolic by ``torch.export`` (a dynamic axis) cannot be checked and is refused."""
+    """Return ``x`` if it is floating and its trailing spatial sizes match ``expected`` (``None``: any), in eager and
+    while a tracer runs; a spatial size left symbolic by ``torch.export`` (a dynamic axis) cannot be checked: refused."""
     # Eager, the common case; and torch.compile, whose guards on the sizes compared hold at run time. Not
     # torch.export's strict (dynamo) tracing: there such a guard becomes a runtime assertion ONNX drops.
     if type(x) is torch.Tensor and not torch.jit.is_tracing() and not torch.compiler.is_exporting() and x.is_floating_point():
@@ -109,16 +108,11 @@ def _check_sizes_scripted(x: torch.Tensor, expected: list[int], location: str) -
     spatial = x.shape[x.dim() - len(expected) :]
     for axis in range(len(expected)):
         if expected[axis] >= 0 and spatial[axis] != expected[axis]:
-            traced = [("*" if e < 0 else str(e)) for e in expected]
+            traced = ", ".join([("*" if e < 0 else str(e)) for e in expected])
             raise ValueError(
-                "fxpool: the adaptive pool at '"
-                + location
-                + "' of the converted model was traced for spatial size ("
-                + ", ".join(traced)
-                + ") but got input of shape "
-                + str(list(x.shape))
-                + ". Trace or export at this "
-                "size, or convert with dynamic=True for one graph exact at every size."
+                f"fxpool: the adaptive pool at '{location}' of the converted model was traced for spatial size ({traced}) "
+                f"but got input of shape {list(x.shape)}. Trace or export at this size, or convert with dynamic=True "
+                f"for one graph exact at every size."
             )
     return x
 
