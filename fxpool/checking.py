@@ -26,14 +26,12 @@ from .example import Example, example_run
 from .globalstate import export_flag
 from .replacements import native_pool, native_pool_function
 
-# Largest |converted - original| allowed, relative to the compared tensor's largest magnitude
-# (at least 1). Only the pools differ between the two models and each is exact up to the order
-# of its sums, so these are float rounding bounds with room for amplification by later layers.
+# Largest |converted - original| allowed, relative to the compared tensor's largest magnitude (at least 1): each
+# pool is exact up to the order of its sums, so these are rounding bounds with room for later layers' amplification.
 TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 5e-2}
 _DEFAULT_TOLERANCE = 1e-5
-# How far beyond the model's own sensitivity to rounding (rounding_noise) the whole-model outputs may
-# differ; the pool outputs' nudge is two units in the last place, larger than most replacements'
-# own differences, and the factor leaves room for how a different pattern of roundings propagates.
+# How far beyond the model's own sensitivity to rounding (rounding_noise: pool outputs nudged by ULPS_NUDGED units in
+# the last place, more than most replacements differ) the whole-model outputs may differ.
 NOISE_FACTOR = 8.0
 ULPS_NUDGED = 2
 

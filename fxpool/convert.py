@@ -46,6 +46,10 @@ from .report import ConversionReport, attach_report
 # A conversion that fails its self-check is redone with what failed undone; each round undoes at
 # least one replacement, so this bounds only pathological models.
 MAX_CHECK_ROUNDS = 16
+_UNRUN = (
+    "self-check: the example's run never reached this replacement (PyTorch's pool ran in its place), so it was undone; "
+    "please report this model"
+)
 
 log = logging.getLogger("fxpool")  # what convert decides: DEBUG one record per pool, INFO the outcome
 
@@ -300,8 +304,8 @@ def _pipeline(model: nn.Module, example: Example, dynamic: bool, front: FrontEnd
         else:
             check = _unchanged_check(bool(applied), any(site.already is not None for site in found.sites))
         unrun = _unrun(decisions, check) if built.changed and check.status == "passed" else ()
-        if unrun and undo.learn_unrun(unrun):
-            continue  # a replacement the example never reached: PyTorch's pool ran in its place
+        if unrun and undo.undo(unrun, _UNRUN):
+            continue
         result = _Round(found, decisions, built.root, replace(check, actions=applied))
         first = first or result
         if result.check.status != "failed":
@@ -361,21 +365,13 @@ class _Undo:
     replacements: dict[str, str] = field(default_factory=dict)
     actions: list[str] = field(default_factory=list)
 
-    def _undo(self, locations: Iterable[str], why: str) -> bool:
+    def undo(self, locations: Iterable[str], why: str) -> bool:
         """Undo the replacements at ``locations`` not undone yet, for ``why``; False where there were none."""
         fresh = [location for location in locations if location not in self.replacements]
         for location in fresh:
             self.replacements[location] = why
             self.actions.append(f"{location}: {why}")
         return bool(fresh)
-
-    def learn_unrun(self, locations: tuple[str, ...]) -> bool:
-        """Undo replacements the example never reached; False where they were undone already."""
-        why = (
-            "self-check: the example's run never reached this replacement (PyTorch's pool ran in its place), "
-            "so it was undone; please report this model"
-        )
-        return self._undo(locations, why)
 
     def learn(self, result: _Round) -> bool:
         """Record what to undo after a failed check; False when nothing is left to undo."""
@@ -385,7 +381,7 @@ class _Undo:
                 f"self-check: this replacement differed from the native pool by {failed.max_error:.3g} "
                 f"(allowed {failed.tolerance:.3g}), so it was undone"
             )
-            self._undo([failed.location], why)
+            self.undo([failed.location], why)
         if check.failed_replacements:
             return True
         # Nothing pins the mismatch down: undo every replacement left, so that what is returned
@@ -394,4 +390,4 @@ class _Undo:
             f"self-check: the converted model differed from the original ({check.mismatch}) and no "
             f"single replacement could be blamed, so every replacement was undone"
         )
-        return self._undo((d.site.location for d in result.decisions if d.replaced), why)
+        return self.undo((d.site.location for d in result.decisions if d.replaced), why)

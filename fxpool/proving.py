@@ -120,10 +120,9 @@ def _dispatched_pools(model: nn.Module, example: Example) -> tuple[NativePool, .
 
 
 def proven(report: ConversionReport, traced: TracedPools) -> ConversionReport:
-    """``report`` with what ``traced`` saw: its tracer named, and a record left to PyTorch for every native pool
-    the tracer found that no record accounts for (records left to PyTorch account for one native pool per call,
-    matched by family and shapes; a record whose shapes were never seen, a pool inside a TorchScript submodule,
-    or a native pool whose shapes the tracer does not know, by family alone)."""
+    """``report`` with what ``traced`` saw: its tracer named, and a record left to PyTorch for every native pool no
+    record accounts for (a record left to PyTorch accounts for one native pool per call, matched by family and
+    shapes, or by family alone where the record's or the tracer's shapes are unknown)."""
     left = [r for r in report.unconverted for _ in range(max(r.calls, 1))]
     expected: Counter[tuple[Any, ...]] = Counter(
         (r.family, r.input_shape, r.output_shape) for r in left if r.input_shape is not None

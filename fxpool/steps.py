@@ -147,8 +147,7 @@ class WindowScaleStep:
 
 @dataclass(frozen=True)
 class UpsampleStep:
-    """Nearest upsampling of every spatial axis to ``sizes`` (integer factors only; ``None``: the axis keeps
-    its input size, read at run time)."""
+    """Nearest upsampling of every spatial axis to ``sizes`` (integer factors; ``None``: the input's, read at run time)."""
 
     sizes: tuple[int | None, ...]
 
