@@ -225,17 +225,14 @@ def _traced_ints(size: Any) -> Any:
     """``size`` with 0-d integer tensors as Python ints: ``torch.jit.trace`` hands out ``x.size()`` entries as
     such tensors, so a size a forward reads off its input (``(h, w) = x.size()[2:]``) arrives as them under
     the TorchScript exporter; the trace is specialised to the example's sizes anyway."""
-
-    def concrete(value: Any) -> Any:
-        if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_floating_point() and value.dtype != torch.bool:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", torch.jit.TracerWarning)
-                return int(value)
-        return value
-
     if isinstance(size, (tuple, list)):
-        return type(size)(concrete(v) for v in size) if isinstance(size, list) else tuple(concrete(v) for v in size)
-    return concrete(size)
+        ints = [v if isinstance(v, (tuple, list)) else _traced_ints(v) for v in size]
+        return ints if isinstance(size, list) else tuple(ints)
+    if isinstance(size, torch.Tensor) and size.dim() == 0 and not size.is_floating_point() and size.dtype != torch.bool:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            return int(size)
+    return size
 
 
 def _is_int(value: Any) -> bool:

@@ -53,7 +53,6 @@ class FoundPools:
 
     @property
     def intercepted(self) -> tuple[str, ...]:
-        """Names of the modules whose forward has functional calls to intercept."""
         return tuple(dict.fromkeys(s.owner_name for s in self.sites if s.owner is not None))
 
 

@@ -26,7 +26,7 @@ from .deciding import SiteDecision
 from .errors import ExampleInputError, FxpoolError, error_summary
 from .example import Example, read_example
 from .finding import FoundPools, PoolSite
-from .proving import NativePool, TracedPools
+from .proving import ATEN_KINDS, NativePool, TracedPools
 from .recording import PoolEvent, Recording
 
 PROGRAM_SCOPE = "<program>"
@@ -70,9 +70,6 @@ def graph_copy(gm: nn.Module) -> fx.GraphModule:
     assert isinstance(gm, fx.GraphModule) and isinstance(new, fx.GraphModule)
     new.graph = copy.deepcopy(gm.graph)
     return new
-
-
-# --- find --------------------------------------------------------------------------------------
 
 
 def find_graph_pools(gm: nn.Module, recording: Recording, scope: str) -> FoundPools:
@@ -144,9 +141,6 @@ def _reads_indices(node: fx.Node) -> bool:
     return False
 
 
-# --- put in place ------------------------------------------------------------------------------
-
-
 def put_in_graph(gm: nn.Module, found: FoundPools, decisions: tuple[SiteDecision, ...], fallback_device: torch.device) -> Built:
     """Call each replaced site's module in ``gm`` (a :func:`graph_copy`) in place of its node."""
     assert isinstance(gm, fx.GraphModule)
@@ -176,9 +170,6 @@ def put_in_graph(gm: nn.Module, found: FoundPools, decisions: tuple[SiteDecision
         graph.lint()
         gm.recompile()
     return Built(gm, changed)
-
-
-# --- the example, the proof --------------------------------------------------------------------
 
 
 def program_example(program: ExportedProgram) -> Example:
@@ -223,9 +214,6 @@ def _user_input_values(program: ExportedProgram) -> list[Any]:
             name = getattr(spec.arg, "name", None)
             values.append(placeholders[name].meta.get("val") if name in placeholders else getattr(spec.arg, "value", None))
     return values
-
-
-# --- re-export ---------------------------------------------------------------------------------
 
 
 def reexport(program: ExportedProgram, converted: nn.Module, example: Example) -> ExportedProgram:
@@ -312,8 +300,7 @@ def _dynamic_shapes(program: ExportedProgram, example: Example) -> Any:
         for axis, size in enumerate(fake.shape):
             if isinstance(size, int):
                 continue
-            expr = size.node.expr
-            linear = _linear_in_one_symbol(expr)
+            linear = _linear_in_one_symbol(size.node.expr)
             if linear is None:
                 spec[axis] = torch.export.Dim.AUTO
                 continue
@@ -360,7 +347,7 @@ def program_pools(program: ExportedProgram, *, shapes: bool) -> TracedPools:
             continue
         for pool in _pool_nodes(sub):
             in_shape, out_shape = (_example_shape(pool.fake_in), _example_shape(pool.fake_out)) if shapes else (None, None)
-            found.append(NativePool(f"aten::{str(pool.node.target).split('.')[1]}", pool.call.family, "", in_shape, out_shape))
+            found.append(NativePool(ATEN_KINDS[pool.node.target], pool.call.family, "", in_shape, out_shape))
     return TracedPools(PROGRAM_TRACER, tuple(found))
 
 

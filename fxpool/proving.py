@@ -26,8 +26,8 @@ from .sizechecks import traced_forms
 JIT_TRACER = "torch.jit.trace (tracing as the TorchScript ONNX exporter does)"
 DISPATCH_TRACER = "an ATen dispatch run (the operators torch.export records)"
 # The ATen names of the adaptive pools, as TorchScript graphs spell their node kinds, by operator.
-_KINDS = {op: f"aten::{str(op).split('.')[1]}" for op in ATEN_FORMS}
-_JIT_KINDS = {kind: ATEN_FORMS[op] for op, kind in _KINDS.items()}
+ATEN_KINDS = {op: f"aten::{str(op).split('.')[1]}" for op in ATEN_FORMS}
+_JIT_KINDS = {kind: ATEN_FORMS[op] for op, kind in ATEN_KINDS.items()}
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class _RecordPools(TorchDispatchMode):
             x = args[0] if args else None
             values = result[0] if isinstance(result, tuple) else result
             in_shape, out_shape = (tuple(t.shape) if isinstance(t, torch.Tensor) else None for t in (x, values))
-            self.found.append(NativePool(_KINDS[func], form.family, "", in_shape, out_shape))
+            self.found.append(NativePool(ATEN_KINDS[func], form.family, "", in_shape, out_shape))
         return result
 
 

@@ -22,7 +22,7 @@ class PoolRecord:
     """One adaptive pool: where it is, what it was asked, and what replaced it or why nothing did."""
 
     location: str  # qualified module name, or "<scope>:<graph node>" for a functional call
-    form: str  # "module" or "functional"
+    form: str  # "module", "functional", "aten" (a graph's node) or "traced" (found by the proof alone)
     op: str
     input_shape: tuple[int, ...] | None
     output_size: str  # as requested in the model
