@@ -384,8 +384,7 @@ class _Undo:
             self.undo([failed.location], why)
         if check.failed_replacements:
             return True
-        # Nothing pins the mismatch down: undo every replacement left, so that what is returned
-        # is the original's function rather than a conversion known to differ.
+        # Nothing pins the mismatch down: undo every replacement left rather than return a conversion known to differ.
         why = (
             f"self-check: the converted model differed from the original ({check.mismatch}) and no "
             f"single replacement could be blamed, so every replacement was undone"

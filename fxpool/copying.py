@@ -22,8 +22,7 @@ CALL_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_
 
 # Attributes of nn.Module that are its own machinery, never a user's module references.
 _MACHINERY = frozenset(("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set", "forward", *HOOK_DICTS))
-# How deep into nested lists/tuples/dicts module references are looked for, and how long a container
-# may be for it to be searched at all (a long list of numbers is not a list of modules).
+# How deep nested lists, tuples and dicts are searched for modules, and how long one may be (numbers are no modules).
 _MAX_NESTING = 3
 _MAX_CONTAINER = 4096
 

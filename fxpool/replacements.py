@@ -85,8 +85,7 @@ class ExactAdaptivePool(nn.Module):
             self.register_buffer(name, tensor, persistent=False)
 
     def _apply(self, fn, recurse: bool = True):
-        # A dtype change would round the window scales, and to_empty() would leave them (and the
-        # window indices) uninitialised: rebuild every constant exactly after any conversion.
+        # A dtype change would round the window scales, to_empty() leave the constants uninitialised: rebuild them.
         super()._apply(fn, recurse)
         dtype, device = self._constants_dtype_device()
         if device is not None:

@@ -75,9 +75,8 @@ class WindowSlicesStep:
 
 @dataclass(frozen=True)
 class WindowGatherStep:
-    """Copy out each window's positions along one axis, padded to ``span``: max by repeating the window's
-    last position (a MaxPool of kernel and stride ``span`` then takes each maximum); average
-    (``zero_padded``) with a zero (the AvgPool's ``sum / span`` is rescaled by :class:`WindowScaleStep`)."""
+    """Copy out each window's positions along one axis, padded to ``span`` for a pool of kernel and stride ``span``:
+    max by repeating the window's last position; average (``zero_padded``) with a zero (see :class:`WindowScaleStep`)."""
 
     axis: int
     in_size: int
