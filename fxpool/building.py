@@ -1,9 +1,6 @@
-"""Build: each replaced pool's module, put in its place in the copy.
-
-A pool module is swapped wherever the tree holds it, its hooks carried (at several sizes, by a
-:class:`~fxpool.intercepting.PoolCalls` table); a module's functional calls go into its own table, and its
-forward is intercepted (:func:`~fxpool.intercepting.intercept`).
-"""
+"""Build: each replaced pool's module, put in its place in the copy: a pool module swapped wherever the tree
+holds it, its hooks carried (at several sizes, a :class:`~fxpool.intercepting.PoolCalls` table); a module's
+functional calls in a table of its own, its forward intercepted (:func:`~fxpool.intercepting.intercept`)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Recognising adaptive pool calls in every spelling, and normalising their arguments.
 
-A *pool call* is a module (``nn.AdaptiveAvgPool1d/2d/3d``, ``nn.AdaptiveMaxPool1d/2d/3d`` and subclasses,
-``nn.Upsample(mode="area")``), a function of :data:`FUNCTION_FORMS` with ``output_size`` in any spelling
-(int or tuple, positional or keyword, ``None`` entries), or an ATen operator of :data:`ATEN_FORMS`.
+A *pool call* is a module of :data:`MODULE_FORMS` (or ``nn.Upsample(mode="area")``), a function of
+:data:`FUNCTION_FORMS` with ``output_size`` in any spelling, or an ATen operator of :data:`ATEN_FORMS`.
 """
 
 from __future__ import annotations
@@ -61,10 +60,8 @@ _ATEN_POOLS: tuple[tuple[str, PoolFamily, int], ...] = (
     ("adaptive_max_pool2d", "max", 2),
     ("adaptive_max_pool3d", "max", 3),
 )
-# The ATen operators of adaptive pools that torch.export programs hold, before and after
-# run_decompositions (torch 2.14: export keeps adaptive_avg_pool{1,2,3}d and adaptive_max_pool{1,2,3}d;
-# the core ATen decompositions turn the average ones into _adaptive_avg_pool2d/3d, 1d pools into 2d
-# ones between unsqueeze and squeeze, and keep adaptive_max_pool2d/3d). The max ones return (values, indices).
+# The ATen operators of adaptive pools that torch.export programs hold, before and after run_decompositions
+# (which makes the average ones _adaptive_avg_pool2d/3d, and 1d pools 2d). The max ones return (values, indices).
 ATEN_FORMS: dict[Any, _FunctionForm] = {
     getattr(torch.ops.aten, name).default: _FunctionForm(family, dims, f"aten.{name}.default", always_indices=family == "max")
     for name, family, dims in _ATEN_POOLS
@@ -111,12 +108,8 @@ def _lookup(table: dict[Any, _FunctionForm], target: Any) -> _FunctionForm | Non
 
 
 def describe_aten(target: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[PoolCall, Any] | None:
-    """The pool call an ATen operator makes and its input, or ``None`` if it is no pool.
-
-    ``output_size`` entries that are not ints (a symbolic size: a graph node) make the call's
-    ``dynamic_output_size``. ``return_indices`` is left ``False``: the max operators always return
-    ``(values, indices)``, and whether the graph uses the indices is the graph's to say.
-    """
+    """The pool call an ATen operator makes and its input, or ``None`` if it is no pool. ``return_indices`` is left
+    ``False``: whether the graph uses the indices the max operators return is the graph's to say."""
     form = _lookup(ATEN_FORMS, target)
     if form is None:
         return None
@@ -165,13 +158,12 @@ def normalize_output_size(output_size: Any, spatial_dims: int, where: str) -> tu
 
 def runs_own_forward(module: nn.Module, cls: type[nn.Module]) -> bool:
     """True when ``module`` computes something else than ``cls.forward``: a subclass overriding it, or
-    a ``forward`` set on the instance. Such a module is not a pool; fxpool traces into it instead."""
+    a ``forward`` set on the instance. Such a module is not a pool: its forward runs like any other module's."""
     return type(module).forward is not cls.forward or "forward" in vars(module)
 
 
 def describe_module(module: nn.Module) -> PoolCall | None:
-    """The pool call a module makes, or ``None`` when it is not an adaptive pool (a subclass overriding
-    ``forward`` is not: its forward may do anything around the pool, so it is run like any other module)."""
+    """The pool call a module makes, or ``None`` when it is not an adaptive pool (:func:`runs_own_forward`)."""
     for cls, family, dims in MODULE_FORMS:
         if isinstance(module, cls):
             if runs_own_forward(module, cls):
@@ -233,17 +225,14 @@ def _traced_ints(size: Any) -> Any:
     """``size`` with 0-d integer tensors as Python ints: ``torch.jit.trace`` hands out ``x.size()`` entries as
     such tensors, so a size a forward reads off its input (``(h, w) = x.size()[2:]``) arrives as them under
     the TorchScript exporter; the trace is specialised to the example's sizes anyway."""
-
-    def concrete(value: Any) -> Any:
-        if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_floating_point() and value.dtype != torch.bool:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", torch.jit.TracerWarning)
-                return int(value)
-        return value
-
     if isinstance(size, (tuple, list)):
-        return type(size)(concrete(v) for v in size) if isinstance(size, list) else tuple(concrete(v) for v in size)
-    return concrete(size)
+        ints = [v if isinstance(v, (tuple, list)) else _traced_ints(v) for v in size]
+        return ints if isinstance(size, list) else tuple(ints)
+    if isinstance(size, torch.Tensor) and size.dim() == 0 and not size.is_floating_point() and size.dtype != torch.bool:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            return int(size)
+    return size
 
 
 def _is_int(value: Any) -> bool:

@@ -1,9 +1,8 @@
 """The self-check: the converted model run once on the example, against what the original computed.
 
-Each replacement against the native pool on its own input (max family bit-equal), the whole model against
-the original (and its export branch). Where only the whole model differs, :func:`rounding_noise` measures
-how far the original's outputs move when its pools' outputs move by two ulps (TF32 and reduced-precision
-arithmetic downstream), and :meth:`SelfCheck.within_noise` accepts :data:`NOISE_FACTOR` times that.
+Each replacement against the native pool on its own input (max family bit-equal), the whole model against the
+original (and its export branch). Where only the whole model differs, :func:`rounding_noise` measures the original's
+own sensitivity to rounding (TF32 downstream), and :meth:`SelfCheck.within_noise` accepts a multiple of it.
 """
 
 from __future__ import annotations
@@ -21,20 +20,18 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
 from .calls import describe_function, is_pool_function
-from .copying import structural_copy, tree_modules
+from .copying import structural_copy, tree_index
 from .errors import error_summary
 from .example import Example, example_run
 from .globalstate import export_flag
-from .replacements import native_pool_function
+from .replacements import native_pool, native_pool_function
 
-# Largest |converted - original| allowed, relative to the compared tensor's largest magnitude
-# (at least 1). Only the pools differ between the two models and each is exact up to the order
-# of its sums, so these are float rounding bounds with room for amplification by later layers.
+# Largest |converted - original| allowed, relative to the compared tensor's largest magnitude (at least 1): each
+# pool is exact up to the order of its sums, so these are rounding bounds with room for later layers' amplification.
 TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 5e-2}
 _DEFAULT_TOLERANCE = 1e-5
-# How far beyond the model's own sensitivity to rounding (rounding_noise) the whole-model outputs may
-# differ; the pool outputs' nudge is two units in the last place, larger than most replacements'
-# own differences, and the factor leaves room for how a different pattern of roundings propagates.
+# How far beyond the model's own sensitivity to rounding (rounding_noise: pool outputs nudged by ULPS_NUDGED units in
+# the last place, more than most replacements differ) the whole-model outputs may differ.
 NOISE_FACTOR = 8.0
 ULPS_NUDGED = 2
 
@@ -131,12 +128,10 @@ def _run(model: nn.Module, example: Example, mode: contextlib.AbstractContextMan
 @contextlib.contextmanager
 def isolated_run(model: nn.Module, example: Example) -> Iterator[None]:
     """A run of ``model`` (fxpool's copy) on ``example`` that leaves no trace: :func:`example_run`'s rules, stderr
-    held back (a GraphModule that raises prints its code there; the caller reports the error), and each module's
-    buffers replaced by clones until the run ends, since the copy shares its buffer tensors with the caller's
-    model (a run in train mode writes batch-norm statistics). The buffer dicts change in place, so a graph
-    that shares a module's dict sees the clones."""
+    held back (a GraphModule that raises prints its code there), and the buffers the copy shares with the caller's
+    model (batch-norm statistics) replaced by clones until the run ends, in place, for a graph sharing the dict."""
     saved: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
-    for module in tree_modules(model):
+    for module in tree_index(model)[0]:
         buffers = module._buffers
         if buffers and id(buffers) not in saved:
             saved[id(buffers)] = (buffers, dict(buffers))
@@ -197,7 +192,7 @@ def self_check(converted: nn.Module, example: Example, reference: Any, export_re
 def _check_run(converted: nn.Module, example: Example, reference: Any, export: bool) -> SelfCheck:
     checks: list[ReplacementCheck] = []
     with ExitStack() as stack:
-        for module in tree_modules(converted):
+        for module in tree_index(converted)[0]:
             if hasattr(module, "fxpool_native_reference"):
                 stack.enter_context(module.register_forward_hook(_replacement_hook(checks), prepend=True))
         output, raised = _run(converted, example, export_flag(export))
@@ -218,11 +213,9 @@ def _replacement_hook(checks: list[ReplacementCheck]):
             return
         if not isinstance(x, torch.Tensor) or not isinstance(output, torch.Tensor):
             return
-        dims = len(out_sizes)
-        sizes = tuple(x.shape[axis - dims] if o is None else o for axis, o in enumerate(out_sizes))
         outputs = [output]
         try:  # raising: the replacement was built for another input than it gets, so it is wrong
-            expected = native_pool_function(family, dims)(x, sizes)
+            expected = native_pool(x, family, out_sizes)
             if getattr(module, "runs_native_in_eager", False):  # prove the forms exporters will see as well
                 outputs.append(module.traced_form(x))
                 if getattr(getattr(module, "plan", None), "onnx_steps", ()):  # and ONNX export's own

@@ -1,8 +1,7 @@
 """``convert`` and ``explain``: the one pipeline (record, find, decide, build, check, undo, prove).
 
-Copy, find and build belong to the front end (:class:`FrontEnd`): the module tree's, or
-:mod:`fxpool.programs`' for ATen-level graphs and ``torch.export`` programs; record, decide, check and
-undo are shared. What the self-check refuses is undone and the pipeline runs again on a fresh copy.
+Copy, find and build belong to the front end (:class:`FrontEnd`: the module tree's, or :mod:`fxpool.programs`'),
+the rest is shared. What the self-check refuses is undone and the pipeline runs again on a fresh copy.
 """
 
 from __future__ import annotations
@@ -47,6 +46,10 @@ from .report import ConversionReport, attach_report
 # A conversion that fails its self-check is redone with what failed undone; each round undoes at
 # least one replacement, so this bounds only pathological models.
 MAX_CHECK_ROUNDS = 16
+_UNRUN = (
+    "self-check: the example's run never reached this replacement (PyTorch's pool ran in its place), so it was undone; "
+    "please report this model"
+)
 
 log = logging.getLogger("fxpool")  # what convert decides: DEBUG one record per pool, INFO the outcome
 
@@ -236,9 +239,6 @@ class _Round:
     converted: nn.Module
     check: SelfCheck
 
-    def report(self) -> ConversionReport:
-        return ConversionReport(tuple(d.record for d in self.decisions), self.found.intercepted, check=self.check)
-
 
 @dataclass(frozen=True)
 class FrontEnd:
@@ -283,46 +283,46 @@ def _convert(model: nn.Module, example: Example, dynamic: bool, front: FrontEnd 
 
 def _pipeline(model: nn.Module, example: Example, dynamic: bool, front: FrontEnd) -> tuple[nn.Module, ConversionReport, Any]:
     """Record, then find, decide, build and check on fresh copies until the check passes or nothing is left to
-    undo; the converted model, its report and the original's output on the example."""
-    # The example runs fork the global random generators: one lock.
-    with LOCK:
-        recording = record_pool_calls(model, example)
-        # Where replacement constants go when the example is on the meta device: beside the weights.
-        weights = (t.device for t in itertools.chain(model.parameters(), model.buffers()) if t.device.type != "meta")
-        fallback_device = next(weights, torch.device("cpu"))
-        undo = _Undo()
-        first: _Round | None = None
-        noise: Noise | None = None  # the original's own, measured once, at the first whole-model mismatch
-        for _ in range(MAX_CHECK_ROUNDS):
-            applied = tuple(undo.actions)
-            work = front.fresh_copy(model)
-            found = front.find(work, recording)
-            decisions = tuple(decide(site, dynamic=dynamic, undone=undo.replacements.get(site.location)) for site in found.sites)
-            built = front.put_in_place(work, found, decisions, fallback_device)
-            if built.changed:
-                export = recording.export_branch
-                check = self_check(built.root, example, recording.output, None if export is None else export.output)
-            else:
-                check = _unchanged_check(bool(applied), any(site.already is not None for site in found.sites))
-            unrun = _unrun(decisions, check) if built.changed and check.status == "passed" else ()
-            if unrun and undo.learn_unrun(unrun):
-                continue  # a replacement the example never reached: PyTorch's pool ran in its place
-            result = _Round(found, decisions, built.root, replace(check, actions=applied))
-            first = first or result
-            if result.check.status != "failed":
+    undo; the converted model, its report and the original's output on the example. The caller holds ``LOCK``:
+    the example runs fork the global random generators."""
+    recording = record_pool_calls(model, example)
+    # Where replacement constants go when the example is on the meta device: beside the weights.
+    weights = (t.device for t in itertools.chain(model.parameters(), model.buffers()) if t.device.type != "meta")
+    fallback_device = next(weights, torch.device("cpu"))
+    undo = _Undo()
+    first: _Round | None = None
+    noise: Noise | None = None  # the original's own, measured once, at the first whole-model mismatch
+    for _ in range(MAX_CHECK_ROUNDS):
+        applied = tuple(undo.actions)
+        work = front.fresh_copy(model)
+        found = front.find(work, recording)
+        decisions = tuple(decide(site, dynamic=dynamic, undone=undo.replacements.get(site.location)) for site in found.sites)
+        built = front.put_in_place(work, found, decisions, fallback_device)
+        if built.changed:
+            export = recording.export_branch
+            check = self_check(built.root, example, recording.output, None if export is None else export.output)
+        else:
+            check = _unchanged_check(bool(applied), any(site.already is not None for site in found.sites))
+        unrun = _unrun(decisions, check) if built.changed and check.status == "passed" else ()
+        if unrun and undo.undo(unrun, _UNRUN):
+            continue
+        result = _Round(found, decisions, built.root, replace(check, actions=applied))
+        first = first or result
+        if result.check.status != "failed":
+            break
+        if not result.check.failed_replacements:
+            noise = noise or rounding_noise(model, example, recording.output)
+            if not noise.deterministic:
+                result = replace(first, check=_inconclusive(first.check))
                 break
-            if not result.check.failed_replacements:
-                noise = noise or rounding_noise(model, example, recording.output)
-                if not noise.deterministic:
-                    result = replace(first, check=_inconclusive(first.check))
-                    break
-                accepted = result.check.within_noise(noise)
-                if accepted is not None:  # the model's own rounding (TF32 downstream, say), not the conversion
-                    result = replace(result, check=accepted)
-                    break
-            if not undo.learn(result):
-                break  # nothing left to undo: the last conversion stands, its check says failed
-    return result.converted, result.report(), recording.output
+            accepted = result.check.within_noise(noise)
+            if accepted is not None:  # the model's own rounding (TF32 downstream, say), not the conversion
+                result = replace(result, check=accepted)
+                break
+        if not undo.learn(result):
+            break  # nothing left to undo: the last conversion stands, its check says failed
+    report = ConversionReport(tuple(d.record for d in result.decisions), result.found.intercepted, check=result.check)
+    return result.converted, report, recording.output
 
 
 def _is_compiled(model: nn.Module) -> bool:
@@ -365,21 +365,13 @@ class _Undo:
     replacements: dict[str, str] = field(default_factory=dict)
     actions: list[str] = field(default_factory=list)
 
-    def _undo(self, locations: Iterable[str], why: str) -> bool:
+    def undo(self, locations: Iterable[str], why: str) -> bool:
         """Undo the replacements at ``locations`` not undone yet, for ``why``; False where there were none."""
         fresh = [location for location in locations if location not in self.replacements]
         for location in fresh:
             self.replacements[location] = why
             self.actions.append(f"{location}: {why}")
         return bool(fresh)
-
-    def learn_unrun(self, locations: tuple[str, ...]) -> bool:
-        """Undo replacements the example never reached; False where they were undone already."""
-        why = (
-            "self-check: the example's run never reached this replacement (PyTorch's pool ran in its place), "
-            "so it was undone; please report this model"
-        )
-        return self._undo(locations, why)
 
     def learn(self, result: _Round) -> bool:
         """Record what to undo after a failed check; False when nothing is left to undo."""
@@ -389,13 +381,12 @@ class _Undo:
                 f"self-check: this replacement differed from the native pool by {failed.max_error:.3g} "
                 f"(allowed {failed.tolerance:.3g}), so it was undone"
             )
-            self._undo([failed.location], why)
+            self.undo([failed.location], why)
         if check.failed_replacements:
             return True
-        # Nothing pins the mismatch down: undo every replacement left, so that what is returned
-        # is the original's function rather than a conversion known to differ.
+        # Nothing pins the mismatch down: undo every replacement left rather than return a conversion known to differ.
         why = (
             f"self-check: the converted model differed from the original ({check.mismatch}) and no "
             f"single replacement could be blamed, so every replacement was undone"
         )
-        return self._undo((d.site.location for d in result.decisions if d.replaced), why)
+        return self.undo((d.site.location for d in result.decisions if d.replaced), why)

@@ -1,9 +1,8 @@
 """Copies of a module tree over the same tensors, so fxpool can rewire modules without touching the caller's.
 
-A module is part of the tree wherever its parent holds it: registered, or in a plain attribute, list, tuple
-or dict (transformers' UperNet calls its pyramid through a list). A copy is a copy all through: those
-references, methods bound to a module of the tree, and objects with ``map_modules(fn)`` (an intercepted
-forward) point into the copy, never at the original's modules.
+A module is part of the tree wherever its parent holds it: registered, or in a plain attribute, list, tuple or
+dict (transformers' UperNet calls its pyramid through a list). Those references, methods bound to a module of the
+tree and objects with ``map_modules(fn)`` (an intercepted forward) point into the copy, never at the original.
 """
 
 from __future__ import annotations
@@ -21,11 +20,9 @@ HOOK_DICTS = tuple(name for name in vars(nn.Module()) if "hook" in name)
 # The hooks that change what a call computes or observes (state-dict hooks do not).
 CALL_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 
-
 # Attributes of nn.Module that are its own machinery, never a user's module references.
 _MACHINERY = frozenset(("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set", "forward", *HOOK_DICTS))
-# How deep into nested lists/tuples/dicts module references are looked for, and how long a container
-# may be for it to be searched at all (a long list of numbers is not a list of modules).
+# How deep nested lists, tuples and dicts are searched for modules, and how long one may be (numbers are no modules).
 _MAX_NESTING = 3
 _MAX_CONTAINER = 4096
 
@@ -169,11 +166,6 @@ def tree_index(root: nn.Module) -> tuple[list[nn.Module], dict[int, list[str]]]:
 
     walk(root, "", {id(root)})
     return list(modules.values()), paths
-
-
-def tree_modules(root: nn.Module) -> list[nn.Module]:
-    """Every module of ``root``'s tree once, ``root`` first: ``root.modules()`` and those held in plain attributes."""
-    return tree_index(root)[0]
 
 
 def carry_hooks(source: nn.Module, target: nn.Module) -> None:

@@ -1,8 +1,4 @@
-"""Decide: one :class:`~fxpool.guards.PoolDecision` and one :class:`~fxpool.report.PoolRecord` per pool site.
-
-A site that must stay (``site.left``) or whose replacement an earlier self-check undid is left with that
-reason; fxpool's own replacements (``site.already``) are recorded as converted. Nothing here builds.
-"""
+"""Decide: one :class:`~fxpool.guards.PoolDecision` and one :class:`~fxpool.report.PoolRecord` per pool site."""
 
 from __future__ import annotations
 

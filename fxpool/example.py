@@ -1,8 +1,4 @@
-"""The example input: read as ``torch.onnx.export`` reads ``args`` and ``kwargs``, called, and run.
-
-A tuple is the positional arguments and anything else the one positional argument; without ``kwargs``,
-a dict ending the tuple holds the keyword arguments (``(batch, {})`` passes a dict positionally).
-"""
+"""The example input: read as ``torch.onnx.export`` reads ``args`` and ``kwargs``, called, and run."""
 
 from __future__ import annotations
 
@@ -37,11 +33,9 @@ class Example:
         self, function: Callable[..., Any], *, defaults_as_inputs: bool = False
     ) -> list[tuple[str, torch.Tensor]]:
         """Each tensor with the name of the parameter it is passed as, in ``function``'s parameter order (as both
-        ONNX exporters order keyword arguments; a container's tensors in flattening order under its name).
-
-        With ``defaults_as_inputs``, parameters the example leaves out take their defaults and Python numbers
-        count as 0-d tensors, as the TorchScript exporter makes graph inputs of them when keyword arguments are given.
-        """
+        ONNX exporters order keyword arguments; a container's tensors in flattening order under its name). With
+        ``defaults_as_inputs``, left-out parameters take their defaults and Python numbers count as 0-d tensors,
+        as the TorchScript exporter makes graph inputs of them when keyword arguments are given."""
         try:
             bound = inspect.signature(function).bind(*self.args, **self.kwargs)
         except (TypeError, ValueError):
@@ -53,8 +47,9 @@ class Example:
             for leaf in tree_leaves(value):
                 if isinstance(leaf, torch.Tensor):
                     named.append((name, leaf))
-                elif defaults_as_inputs and isinstance(leaf, (bool, int, float)):
-                    named.append((name, torch.tensor(leaf, dtype=_scalar_dtype(leaf))))
+                elif defaults_as_inputs and isinstance(leaf, (bool, int, float)):  # as the TorchScript exporter makes them
+                    dtype = torch.bool if isinstance(leaf, bool) else torch.int64 if isinstance(leaf, int) else torch.float64
+                    named.append((name, torch.tensor(leaf, dtype=dtype)))
         return named
 
     @property
@@ -67,7 +62,8 @@ class Example:
 
 
 def read_example(example_input: Any, kwargs: Mapping[str, Any] | None = None) -> Example:
-    """``torch.onnx.export``'s reading of ``args`` and ``kwargs``."""
+    """``torch.onnx.export``'s reading of ``args`` and ``kwargs``: a tuple is the positional arguments, anything else
+    the one; without ``kwargs``, a dict ending the tuple holds the keyword arguments (``(batch, {})``: positional)."""
     if isinstance(example_input, Example):
         return example_input
     args = example_input if isinstance(example_input, tuple) else (example_input,)
@@ -96,11 +92,6 @@ def example_run(example: Example) -> Iterator[None]:
             yield
     finally:
         random.setstate(python_state)
-
-
-def _scalar_dtype(number: bool | int | float) -> torch.dtype:
-    """What the TorchScript exporter makes of a Python number it turns into a graph input."""
-    return torch.bool if isinstance(number, bool) else torch.int64 if isinstance(number, int) else torch.float64
 
 
 def _describe(value: Any) -> str:

@@ -53,7 +53,6 @@ class FoundPools:
 
     @property
     def intercepted(self) -> tuple[str, ...]:
-        """Names of the modules whose forward has functional calls to intercept."""
         return tuple(dict.fromkeys(s.owner_name for s in self.sites if s.owner is not None))
 
 
@@ -108,7 +107,8 @@ def _module_sites(name: str, module: nn.Module, events: list[PoolEvent], export_
     """A pool module's site, or one per spatial size where it is called at several."""
     call = events[0].call
     sizes = list(dict.fromkeys(_spatial(e) for e in events))
-    if len(sizes) == 1 or _same_at_every_size(call):
+    # every axis reduced whole (output 1) or kept (None): one replacement serves every size, so one site
+    if len(sizes) == 1 or (call.output_size is not None and all(size in (1, None) for size in call.output_size)):
         groups: list[tuple[str, tuple[int, ...] | None, list[PoolEvent]]] = [("", None, events)]
     else:
         groups = [(f"#{k}", size, [e for e in events if _spatial(e) == size]) for k, size in enumerate(sizes)]
@@ -121,12 +121,6 @@ def _module_sites(name: str, module: nn.Module, events: list[PoolEvent], export_
     return sites
 
 
-def _same_at_every_size(call: PoolCall) -> bool:
-    """A pool whose every axis is a whole-axis reduction (output 1) or kept (None): one replacement of it
-    serves every size, so its calls at several sizes stay one site."""
-    return call.output_size is not None and all(size in (1, None) for size in call.output_size)
-
-
 _SCRIPTED = (
     "inside a TorchScript (torch.jit.script) submodule, which fxpool can neither see into nor rewrite; "
     "script it after converting instead"
@@ -134,9 +128,8 @@ _SCRIPTED = (
 
 
 def _scripted(module: torch.jit.ScriptModule, name: str) -> list[PoolSite]:
-    """Every pool of a TorchScript module, each a site left with the reason, so a scripted pool is never
-    unreported: its pool modules by class, then the functional calls of its inlined graph (which holds the
-    pool modules' calls too, first)."""
+    """Every pool of a TorchScript module, a site left with the reason: its pool modules by class, then the functional
+    calls of its inlined graph (which holds the pool modules' calls too, first)."""
     sites = []
     for sub_name, sub in module.named_modules():
         class_name = getattr(sub, "original_name", None)

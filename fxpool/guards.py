@@ -1,9 +1,7 @@
 """Whether an adaptive pool is replaced at all, and the one :class:`PoolDecision` per pool (no torch, no ONNX).
 
-The guards are data, tried in order (:data:`POOL_GUARDS`, then under ``dynamic=True`` :data:`DYNAMIC_GUARDS`);
-each says why a pool must be left, or nothing. A pool run at several sizes keeps a plan only where that plan
-is exact at every size (a mean over output-1 axes: MONAI's QuickNAT shares one among all its blocks), or takes
-the dynamic-size form.
+A pool run at several sizes keeps a plan only where that plan is exact at every size (a mean over output-1 axes:
+MONAI's QuickNAT shares one among all its blocks), or takes the dynamic-size form.
 """
 
 from __future__ import annotations
@@ -18,22 +16,13 @@ from .steps import PoolFamily, PoolPlan
 DecisionAction = Literal["exact", "dynamic", "left"]
 
 
-# --- pool guards: whether a pool may be replaced at all, before any axis rule ---
-
-SpatialSizes = tuple[int, ...]
-
-
 @dataclass(frozen=True)
 class PoolSighting:
-    """What is known of one pool before planning: how it is written, and the sizes of each run.
-
-    ``requested`` is the output size per spatial axis as the model asks for it (``None`` entries
-    keep the input's size), or ``None`` for an interpolate with ``scale_factor``.
-    """
+    """What is known of one pool before planning: how it is written, and the sizes of each run."""
 
     family: PoolFamily
-    runs: tuple[tuple[SpatialSizes, SpatialSizes], ...]  # (spatial input sizes, spatial output sizes) per call
-    requested: tuple[int | None, ...] | None
+    runs: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]  # (spatial input sizes, spatial output sizes) per call
+    requested: tuple[int | None, ...] | None  # per spatial axis (None: keep the input's size); None: a scale_factor
     return_indices: bool = False
     dynamic_output_size: bool = False  # output_size is computed in the graph
     quantized: bool = False

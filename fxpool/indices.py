@@ -1,12 +1,9 @@
 """Adaptive max pools that return their indices: PyTorch's values and argmax indices, in a portable form.
 
 PyTorch's kernels (CPU, channels-last and CUDA alike) scan each window in row-major order and keep an entry
-greater than the maximum so far, or NaN: the index is the **first** maximum on ties, the **last** NaN where
-the window holds any, and the window's first position where every entry is -inf. :class:`WindowArgmaxPool`
-runs that kernel in eager; tracers see plain ops that reproduce the rule: each window's plane positions (a
-constant table, padded to the longest window by repeating the window's last position, which is never the
-first maximum) gathered from the flattened plane, ``argmax`` with NaN as -inf for the first maximum, and
-``argmax`` of the NaN flags weighted by rank for the last NaN.
+greater than the maximum so far, or NaN: the index is the **first** maximum on ties, the **last** NaN where the
+window holds any, and the window's first position where every entry is -inf. :class:`WindowArgmaxPool` runs that
+kernel in eager; tracers see plain ops that reproduce the rule over each window's gathered plane positions.
 """
 
 from __future__ import annotations
@@ -27,8 +24,8 @@ from .windows import window_bounds
 
 
 def window_positions(in_sizes: Sequence[int], out_sizes: Sequence[int]) -> tuple[torch.Tensor, int]:
-    """Every output's window as flat plane positions in row-major order, padded to the longest window by
-    repeating its last position: a ``(outputs * span,)`` int64 table, and ``span``."""
+    """Every output's window as flat plane positions in row-major order, padded to the longest window by repeating
+    its last position (never the first maximum): a ``(outputs * span,)`` int64 table, and ``span``."""
     per_axis = [window_bounds(i, o) for i, o in zip(in_sizes, out_sizes)]
     span = math.prod(max(end - start for start, end in bounds) for bounds in per_axis)
     strides = [math.prod(in_sizes[axis + 1 :]) for axis in range(len(in_sizes))]

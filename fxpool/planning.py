@@ -41,25 +41,20 @@ from .steps import (
 )
 from .windows import uniform_stride, upsample_factor, window_lengths
 
-# The limits between forms are fitted to onnxruntime on the CPU, forms timed side by side (``make bench``,
-# sections avgforms, maxforms and pools; the tables are in docs/results/benchmarks.md).
-# A general average axis: a stride-1 AvgPool per window length while windows are short (10->7 at 8x512:
-# 2.6 ms against 4.0 for slices), each window sliced once they are long and few (64->6: 1.8 against 5.3;
-# 1d 1000->101: 0.79 against 8.7; and on 3d pools, where onnxruntime's AveragePool is slow), else gathered.
+# The limits between forms are fitted to onnxruntime on the CPU, forms timed side by side (``make bench``; the
+# tables are in docs/results/benchmarks.md, the history in docs/export.md). A general average axis: a stride-1
+# AvgPool per window length while windows are short (10->7: 2.6 ms against 4.0 for slices), each window sliced
+# while they are few (64->6: 1.8 against 5.3 for gathers, and on 3d pools), else gathered.
 SLIDING_MAX_LENGTH = 4
 SLICES_MAX_WINDOWS = 128
-# The max family's window maxima move the spatial axes first where its last-axis gathers would copy at least
-# this many entries one by one per input entry (:func:`last_axis_copies`): that won from 10x10->7x7 (1.47
-# copies) down to 50x50->6x6 (0.13) and lost from 56x56->6x6 (0.115: 2.68 ms against 2.00).
+# The max family's window maxima move the spatial axes first from this many entries copied one by one per input
+# entry (:func:`last_axis_copies`): won at 50x50->6x6 (0.13), lost at 56x56->6x6 (0.115).
 SPATIAL_FIRST_MIN_COPIES = 0.12
-# The average family's window sums replace sliding AvgPools and slices in ONNX export from this many
-# last-axis copies: they won on every small plane, 1d and 3d, down to 33x33->6x6 (0.198: 0.56 ms against
-# 0.59), and lost where Transpose and Pad cost most, from 40x40->6x6 (0.18: 1.35 against 0.79).
+# The average family's window sums replace sliding AvgPools and slices in ONNX export from this many last-axis
+# copies: won at 33x33->6x6 (0.198), lost at 40x40->6x6 (0.18).
 WINDOW_SUMS_MIN_COPIES = 0.19
 # Pools whose windows tile an axis get the block form in ONNX export (:func:`onnx_block_steps`) from this many
-# entries per window along the last axis: from 16 the blocks won or tied on every plane (64x64->2x2: 0.40 of
-# the AveragePool's time); with 8 to 12 they lost on small planes (16x16->2x2 over 512 channels: 3.4x), with
-# 2 or 4 everywhere. The max family's ReduceMax against MaxPool behaved alike.
+# entries per window along the last axis: from 16 the blocks won or tied on every plane, with 8 to 12 they lost.
 BLOCK_MIN_LENGTH = 16
 # The limits above that send every general average axis to one exact form ("window": ONNX export's
 # window sums wherever an axis is general), for the benchmark's fits and the tests of each form.
@@ -80,9 +75,9 @@ MAX_FORM_LIMITS: dict[str, dict[str, float]] = {
 def forced_form(form: str) -> Iterator[None]:
     """Plan as ``form`` (a key of :data:`AVERAGE_FORM_LIMITS` or :data:`MAX_FORM_LIMITS`) inside the
     block, and restore the fitted limits after it. Changes module state: not for concurrent planning."""
-    names = ("SLIDING_MAX_LENGTH", "SLICES_MAX_WINDOWS", "WINDOW_SUMS_MIN_COPIES", "SPATIAL_FIRST_MIN_COPIES")
-    saved = {name: globals()[name] for name in names}
-    globals().update((AVERAGE_FORM_LIMITS | MAX_FORM_LIMITS)[form])
+    limits = (AVERAGE_FORM_LIMITS | MAX_FORM_LIMITS)[form]
+    saved = {name: globals()[name] for name in limits}
+    globals().update(limits)
     try:
         yield
     finally:
@@ -193,11 +188,6 @@ def choose_axis(family: PoolFamily, in_size: int, out_size: int, follows_input: 
     raise AssertionError("the general rule always applies")
 
 
-def _shrink_order(axes: tuple[AxisChoice, ...], indices: list[int]) -> list[int]:
-    """Most-shrinking axis first (the earlier axis among equals): later steps read less."""
-    return sorted(indices, key=lambda a: (axes[a].out_size / axes[a].in_size, a))
-
-
 def choose_plan(
     family: PoolFamily,
     in_sizes: tuple[int, ...],
@@ -223,29 +213,16 @@ def choose_plan(
     if len(follows) != len(in_sizes):
         raise ValueError(f"follows_input has {len(follows)} entries for {len(in_sizes)} spatial axes")
     axes = tuple(choose_axis(family, i, o, f, len(in_sizes)) for i, o, f in zip(in_sizes, out_sizes, follows))
-    steps = _steps(family, axes)
-    return PoolPlan(
-        family,
-        tuple(in_sizes),
-        tuple(a.out_size for a in axes),
-        axes,
-        steps,
-        scaled_output,
-        onnx_window_steps(family, axes),
-    )
+    steps, onnx_steps = _steps(family, axes), onnx_window_steps(family, axes)
+    return PoolPlan(family, tuple(in_sizes), tuple(a.out_size for a in axes), axes, steps, scaled_output, onnx_steps)
 
 
 def onnx_window_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]:
-    """The window form ONNX export runs, or ``()`` where ONNX export runs ``steps``.
-
-    Per pooled axis, outer axes first, a :class:`WindowReduceStep` (for averages between a
-    :class:`WindowZeroStep` and a :class:`WindowCountStep`), then the upsampling; the spatial axes are moved in
-    front first (:class:`SpatialLayoutStep`) for averages, and for maxima where :func:`last_axis_copies`
-    reaches :data:`SPATIAL_FIRST_MIN_COPIES`. Max family wherever an axis has general windows (exact with NaN,
-    which onnxruntime's MaxPool skips); average family where :func:`last_axis_copies` reaches
-    :data:`WINDOW_SUMS_MIN_COPIES`. A pool with no general axis gets :func:`onnx_block_steps`. Forward values
-    only: ``torch.export`` keeps ``steps``, whose max gradient lands where PyTorch's does. The forms and
-    their measurements: docs/export.md, "Uneven windows".
+    """The window form ONNX export runs, or ``()`` where ONNX export runs ``steps``: max pools wherever an axis
+    has general windows (exact with NaN, which onnxruntime's MaxPool skips), average pools from
+    :data:`WINDOW_SUMS_MIN_COPIES`; a pool with no general axis gets :func:`onnx_block_steps`. Forward values
+    only: ``torch.export`` keeps ``steps``, whose max gradient lands where PyTorch's does (docs/export.md,
+    "Uneven windows").
     """
     general = ("gather",) if family == "max" else ("sliding", "slices", "gather")
     if not any(axis.kind in general for axis in axes):
@@ -268,11 +245,8 @@ def onnx_window_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple
 
 
 def onnx_block_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]:
-    """The block form ONNX export runs for a pool whose windows tile every pooled axis, or ``()``.
-
-    Per pooled axis, outer axes first, a :class:`BlockReduceStep`, then for averages one division, where the
-    last axis's windows hold at least :data:`BLOCK_MIN_LENGTH` entries (shorter blocks keep the pool).
-    """
+    """The block form ONNX export runs for a pool whose windows tile every pooled axis, where the last axis's
+    windows hold at least :data:`BLOCK_MIN_LENGTH` entries, or ``()``."""
     if any(a.kind not in ("identity", "pool", "reduce") for a in axes) or not any(a.kind == "pool" for a in axes):
         return ()
     if any(a.kind == "pool" and a.kernel != a.stride for a in axes):
@@ -326,7 +300,7 @@ def _steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]
         steps.append(ReduceStep(family, tuple(i for i, k in enumerate(kinds) if k == "reduce")))
 
     general = [i for i, k in enumerate(kinds) if k in ("sliding", "slices")]
-    for i in _shrink_order(axes, general):
+    for i in sorted(general, key=lambda a: (axes[a].out_size / axes[a].in_size, a)):  # most-shrinking first: later steps read less
         axis = axes[i]
         if axis.kind == "sliding":
             steps.append(SlidingWindowStep(i, axis.in_size, axis.out_size, window_lengths(axis.in_size, axis.out_size)))
@@ -340,37 +314,20 @@ def _steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]
 
 # --- dynamic forms: windows from the runtime size (``dynamic=True``) ---
 #
-# Window i of an axis of runtime length L pooled to o is [floor(i*L/o), ceil((i+1)*L/o)): it holds L // o to
-# L // o + 2 entries (:func:`window_length_range`), none more than ceil(L/o) + 1 (:func:`longest_window_bound`),
-# so a form reads a fixed span per window from bounds computed by shape arithmetic (linear in the input).
-# Slicing each window from its runtime bounds won where windows are few and long (PSP 64->6 over 512
-# channels: 2.5 ms against 4.6 for the gathers), the gathers with the spatial axes first everywhere else
-# (10->7 over 8x512: 2.1 against 14.8). Slices need the TorchScript exporter's tracer: under torch.export
-# their symbolic bounds add guards that named Dims with bounds refuse, so torch.export always gets gathers.
+# Slicing each window from its runtime bounds won where windows are few and long (PSP 64->6 over 512 channels:
+# 2.5 ms against 4.6 for the gathers), the gathers everywhere else (10->7 over 8x512: 2.1 against 14.8). Slices
+# need the TorchScript exporter's tracer: under torch.export their symbolic bounds add guards that named Dims with
+# bounds refuse, so torch.export always gets gathers.
 DYNAMIC_SLICES_MAX_WINDOWS = 16
 DYNAMIC_SLICES_MIN_LENGTH = 8
 DynamicKind = Literal["gathers", "slices"]
 
 
-def window_length_range(in_size: int, out_size: int) -> tuple[int, int]:
-    """The fewest and the most entries a window can hold for this length: ``L // o`` and ``L // o + 2``
-    (the actual windows of :func:`~fxpool.windows.window_lengths` lie within)."""
-    return in_size // out_size, in_size // out_size + 2
-
-
-def longest_window_bound(in_size: int, out_size: int) -> int:
-    """``ceil(L / o) + 1``: no window is longer (the span a max form reads from each window's start)."""
-    return (in_size + out_size - 1) // out_size + 1
-
-
 @dataclass(frozen=True)
 class DynamicForm:
-    """How a ``dynamic=True`` replacement computes its windows from the runtime size, and why: ``gathers``
-    (the spatial axes moved in front, then per pooled axis each window's entries gathered by indices computed
-    from the runtime length, and reduced) or ``slices`` (each window sliced from its runtime bounds and
-    reduced; under the TorchScript exporter and ``torch.jit.trace``, ``gathers`` elsewhere). The forms
-    themselves are :mod:`fxpool.dynamic`'s.
-    """
+    """How a ``dynamic=True`` replacement (:mod:`fxpool.dynamic`) computes its windows from the runtime size,
+    and why: ``gathers`` (spatial axes first, each window's entries gathered) or ``slices`` (each window sliced
+    from its runtime bounds; under the TorchScript exporter and ``torch.jit.trace``, ``gathers`` elsewhere)."""
 
     family: PoolFamily
     out_sizes: tuple[int | None, ...]

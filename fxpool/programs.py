@@ -1,16 +1,15 @@
 """torch.export programs and ATen-level graphs: the pipeline's second front end (see ARCHITECTURE.md).
 
-Only what is particular to a graph is here. Each ATen pool node is a site ``<program>:NODE`` (``<graph>:NODE``
-for a graph module), matched in graph order with the calls the recording saw the graph's own forward make; a
-node in a control-flow subgraph is left. The replacements are called in their nodes' place in a graph copy,
-and a program is exported again with its own dynamic dimensions, so the new one keeps the original's
-signature and state and holds only ATen operators (no fxpool code, no custom op). The proof is the same
-finder read over the new program's graph.
+Each ATen pool node is a site ``<program>:NODE`` (``<graph>:NODE`` for a graph module), matched in graph order
+with the calls the recording saw the graph's own forward make; a node in a control-flow subgraph is left. A program
+is exported again with its own dynamic dimensions: the new one keeps the original's signature and state and holds
+only ATen operators (no fxpool code, no custom op).
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
 import operator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -27,7 +26,7 @@ from .deciding import SiteDecision
 from .errors import ExampleInputError, FxpoolError, error_summary
 from .example import Example, read_example
 from .finding import FoundPools, PoolSite
-from .proving import NativePool, TracedPools
+from .proving import ATEN_KINDS, NativePool, TracedPools
 from .recording import PoolEvent, Recording
 
 PROGRAM_SCOPE = "<program>"
@@ -45,8 +44,7 @@ def has_aten_pools(module: Any) -> bool:
 
 @dataclass(frozen=True)
 class _PoolNode:
-    """An ATen pool node, the pool call it makes, and the example values (fake tensors, or None) of its input and
-    output."""
+    """An ATen pool node, its pool call, and the example values (fake tensors, or None) of its input and output."""
 
     node: fx.Node
     call: PoolCall
@@ -57,7 +55,7 @@ class _PoolNode:
 def _pool_nodes(gm: fx.GraphModule) -> list[_PoolNode]:
     found = []
     for node in gm.graph.nodes:
-        described = describe_aten(node.target, node.args, dict(node.kwargs)) if node.op == "call_function" else None
+        described = describe_aten(node.target, node.args, node.kwargs) if node.op == "call_function" else None
         if described is not None:
             call, source = described
             fake_out = node.meta.get("val")
@@ -72,9 +70,6 @@ def graph_copy(gm: nn.Module) -> fx.GraphModule:
     assert isinstance(gm, fx.GraphModule) and isinstance(new, fx.GraphModule)
     new.graph = copy.deepcopy(gm.graph)
     return new
-
-
-# --- find --------------------------------------------------------------------------------------
 
 
 def find_graph_pools(gm: nn.Module, recording: Recording, scope: str) -> FoundPools:
@@ -107,44 +102,34 @@ def find_graph_pools(gm: nn.Module, recording: Recording, scope: str) -> FoundPo
 
 
 def _site(pool: _PoolNode, event: PoolEvent, location: str) -> PoolSite:
-    node, call, fake_in, fake_out = pool.node, pool.call, pool.fake_in, pool.fake_out
-    dims = call.spatial_dims
+    """The site of a pool node; an output size the graph computes stays dynamic (the guards leave it) unless it
+    is constant, or the input's own size on a symbolic axis (``None``, kept)."""
+    call, dims = pool.call, pool.call.spatial_dims
     assert dims is not None
-    in_sizes = tuple(fake_in.shape[-dims:]) if isinstance(fake_in, torch.Tensor) else None
+    in_sizes = tuple(pool.fake_in.shape[-dims:]) if isinstance(pool.fake_in, torch.Tensor) else None
     symbolic = in_sizes is not None and not all(isinstance(s, int) for s in in_sizes)
-    requested, left = _requested(node, call, in_sizes, fake_out)
-    if requested is not None and call.dynamic_output_size:
+    requested = _requested(pool.node, dims, in_sizes, pool.fake_out) if call.dynamic_output_size else None
+    if requested is not None:
         call = replace(call, output_size=requested, dynamic_output_size=False)
-    if aten_returns_indices(node.target):
-        call = replace(call, return_indices=_reads_indices(node))
-    return PoolSite(location, call, (event,), left=left, node=node.name, symbolic=symbolic)
+    if aten_returns_indices(pool.node.target):
+        call = replace(call, return_indices=_reads_indices(pool.node))
+    return PoolSite(location, call, (event,), node=pool.node.name, symbolic=symbolic)
 
 
-def _requested(
-    node: fx.Node, call: PoolCall, in_sizes: tuple[Any, ...] | None, fake_out: Any
-) -> tuple[tuple[int | None, ...] | None, str | None]:
-    """The output size per axis; a symbolic entry equal to the input's own size is ``None`` (kept)."""
-    if not call.dynamic_output_size:
-        return call.output_size, None
-    dims = call.spatial_dims
-    assert dims is not None
+def _requested(node: fx.Node, dims: int, in_sizes: tuple[Any, ...] | None, fake_out: Any) -> tuple[int | None, ...] | None:
     sizes = node.args[1] if len(node.args) > 1 else node.kwargs.get("output_size")
     out_sizes = tuple(fake_out.shape[-dims:]) if isinstance(fake_out, torch.Tensor) else None
     if in_sizes is None or out_sizes is None or not isinstance(sizes, (list, tuple)) or len(sizes) != dims:
-        return None, "output_size is computed at run time, so no fixed replacement is safe"
+        return None
     requested: list[int | None] = []
     for size, size_in, size_out in zip(sizes, in_sizes, out_sizes):
         if isinstance(size, int):
             requested.append(size)
-        elif _same_size(size_in, size_out):
-            requested.append(None)  # output_size None on a symbolic axis: the input's own size
+        elif isinstance(size_in, torch.SymInt) and isinstance(size_out, torch.SymInt) and size_in.node.expr == size_out.node.expr:
+            requested.append(None)
         else:
-            return None, "output_size is computed at run time, so no fixed replacement is safe"
-    return tuple(requested), None
-
-
-def _same_size(a: Any, b: Any) -> bool:
-    return isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt) and bool(a.node.expr == b.node.expr)
+            return None
+    return tuple(requested)
 
 
 def _reads_indices(node: fx.Node) -> bool:
@@ -154,9 +139,6 @@ def _reads_indices(node: fx.Node) -> bool:
         if user.target is not operator.getitem or index not in (0, 1) or (index == 1 and user.users):
             return True
     return False
-
-
-# --- put in place ------------------------------------------------------------------------------
 
 
 def put_in_graph(gm: nn.Module, found: FoundPools, decisions: tuple[SiteDecision, ...], fallback_device: torch.device) -> Built:
@@ -170,7 +152,7 @@ def put_in_graph(gm: nn.Module, found: FoundPools, decisions: tuple[SiteDecision
         if not chosen.replaced or site.node is None:
             continue
         node = nodes[site.node]
-        name = _free_name(gm, REPLACEMENT_PREFIX)
+        name = next(f"{REPLACEMENT_PREFIX}{i}" for i in itertools.count() if not hasattr(gm, f"{REPLACEMENT_PREFIX}{i}"))
         gm.add_submodule(name, replacement_module(chosen, site.events[0], fallback_device))
         with graph.inserting_before(node):
             new = graph.call_module(name, (node.args[0] if node.args else node.kwargs["self"],))
@@ -188,16 +170,6 @@ def put_in_graph(gm: nn.Module, found: FoundPools, decisions: tuple[SiteDecision
         graph.lint()
         gm.recompile()
     return Built(gm, changed)
-
-
-def _free_name(gm: nn.Module, prefix: str) -> str:
-    index = 0
-    while hasattr(gm, f"{prefix}{index}"):
-        index += 1
-    return f"{prefix}{index}"
-
-
-# --- the example, the proof --------------------------------------------------------------------
 
 
 def program_example(program: ExportedProgram) -> Example:
@@ -244,15 +216,9 @@ def _user_input_values(program: ExportedProgram) -> list[Any]:
     return values
 
 
-# --- re-export ---------------------------------------------------------------------------------
-
-
 def reexport(program: ExportedProgram, converted: nn.Module, example: Example) -> ExportedProgram:
-    """``torch.export`` of the rewritten module with the program's dynamic dimensions, at its dialect.
-
-    Replacement buffers only another tracer reads (the ONNX forms' indices) would be inputs of the
-    program that nothing uses: they are dropped from the replacements and the module exported again.
-    """
+    """``torch.export`` of the rewritten module with the program's dynamic dimensions, at its dialect; replacement
+    buffers only another tracer reads (the ONNX forms' indices) are dropped, and the module exported again."""
     dynamic_shapes = _dynamic_shapes(program, example)
     result = _export(converted, example, dynamic_shapes)
     dead = _unused_replacement_buffers(result)
@@ -334,8 +300,7 @@ def _dynamic_shapes(program: ExportedProgram, example: Example) -> Any:
         for axis, size in enumerate(fake.shape):
             if isinstance(size, int):
                 continue
-            expr = size.node.expr
-            linear = _linear_in_one_symbol(expr)
+            linear = _linear_in_one_symbol(size.node.expr)
             if linear is None:
                 spec[axis] = torch.export.Dim.AUTO
                 continue
@@ -382,7 +347,7 @@ def program_pools(program: ExportedProgram, *, shapes: bool) -> TracedPools:
             continue
         for pool in _pool_nodes(sub):
             in_shape, out_shape = (_example_shape(pool.fake_in), _example_shape(pool.fake_out)) if shapes else (None, None)
-            found.append(NativePool(f"aten::{str(pool.node.target).split('.')[1]}", pool.call.family, "", in_shape, out_shape))
+            found.append(NativePool(ATEN_KINDS[pool.node.target], pool.call.family, "", in_shape, out_shape))
     return TracedPools(PROGRAM_TRACER, tuple(found))
 
 

@@ -1,8 +1,6 @@
-"""The proof: the native adaptive pool operators a tracer still sees in a converted model.
-
-The strictest tracer: ``torch.jit.trace`` with ``torch.onnx.is_in_onnx_export()`` true, as the TorchScript
-exporter traces; where it cannot trace the model, one run under a ``TorchDispatchMode`` that sees the ATen
-operators ``torch.export`` records, the replacements in their traced forms.
+"""The proof: the native adaptive pool operators a tracer still sees in a converted model: ``torch.jit.trace`` as
+the TorchScript exporter traces (the strictest); where it cannot trace the model, one run under a
+``TorchDispatchMode`` that sees the ATen operators ``torch.export`` records, the replacements in their traced forms.
 """
 
 from __future__ import annotations
@@ -28,8 +26,8 @@ from .sizechecks import traced_forms
 JIT_TRACER = "torch.jit.trace (tracing as the TorchScript ONNX exporter does)"
 DISPATCH_TRACER = "an ATen dispatch run (the operators torch.export records)"
 # The ATen names of the adaptive pools, as TorchScript graphs spell their node kinds, by operator.
-_KINDS = {op: f"aten::{str(op).split('.')[1]}" for op in ATEN_FORMS}
-_JIT_KINDS = {kind: ATEN_FORMS[op] for op, kind in _KINDS.items()}
+ATEN_KINDS = {op: f"aten::{str(op).split('.')[1]}" for op in ATEN_FORMS}
+_JIT_KINDS = {kind: ATEN_FORMS[op] for op, kind in ATEN_KINDS.items()}
 
 
 @dataclass(frozen=True)
@@ -80,7 +78,8 @@ def _jit_pools(model: nn.Module, example: Example) -> tuple[NativePool, ...]:
             continue
         inputs, outputs = list(node.inputs()), list(node.outputs())
         in_shape, out_shape = _shape(inputs[0]), (_shape(outputs[0]) if outputs else None)
-        found.append(NativePool(node.kind(), form.family, _scope(node.scopeName()), in_shape, out_shape))
+        scope = node.scopeName().split("/")[-1].removeprefix("__module.").removeprefix("__module")  # "features.5"
+        found.append(NativePool(node.kind(), form.family, scope, in_shape, out_shape))
     return tuple(found)
 
 
@@ -90,11 +89,6 @@ def jit_nodes(nodes: Any) -> Iterator[Any]:
         yield node
         for block in node.blocks():
             yield from jit_nodes(block.nodes())
-
-
-def _scope(scope_name: str) -> str:
-    """The module path of a TorchScript scope (``__module.features/__module.features.5`` -> ``features.5``)."""
-    return scope_name.split("/")[-1].removeprefix("__module.").removeprefix("__module")
 
 
 def _shape(value: Any) -> tuple[int, ...] | None:
@@ -114,7 +108,7 @@ class _RecordPools(TorchDispatchMode):
             x = args[0] if args else None
             values = result[0] if isinstance(result, tuple) else result
             in_shape, out_shape = (tuple(t.shape) if isinstance(t, torch.Tensor) else None for t in (x, values))
-            self.found.append(NativePool(_KINDS[func], form.family, "", in_shape, out_shape))
+            self.found.append(NativePool(ATEN_KINDS[func], form.family, "", in_shape, out_shape))
         return result
 
 
@@ -126,10 +120,9 @@ def _dispatched_pools(model: nn.Module, example: Example) -> tuple[NativePool, .
 
 
 def proven(report: ConversionReport, traced: TracedPools) -> ConversionReport:
-    """``report`` with what ``traced`` saw: its tracer named, and a record left to PyTorch for every native pool
-    the tracer found that no record accounts for (records left to PyTorch account for one native pool per call,
-    matched by family and shapes; a record whose shapes were never seen, a pool inside a TorchScript submodule,
-    or a native pool whose shapes the tracer does not know, by family alone)."""
+    """``report`` with what ``traced`` saw: its tracer named, and a record left to PyTorch for every native pool no
+    record accounts for (a record left to PyTorch accounts for one native pool per call, matched by family and
+    shapes, or by family alone where the record's or the tracer's shapes are unknown)."""
     left = [r for r in report.unconverted for _ in range(max(r.calls, 1))]
     expected: Counter[tuple[Any, ...]] = Counter(
         (r.family, r.input_shape, r.output_shape) for r in left if r.input_shape is not None

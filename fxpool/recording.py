@@ -1,8 +1,5 @@
-"""One side-effect-free forward pass that records every adaptive pool call with its sizes.
-
-It runs on a copy with cloned buffers under :func:`~fxpool.example.example_run`. Hooks on every module of
-the tree keep a stack of the modules running; a ``TorchFunctionMode`` sees every functional pool call.
-"""
+"""One side-effect-free forward pass (a copy with cloned buffers) that records every adaptive pool call with its
+sizes: hooks on every module keep a stack of the modules running; a ``TorchFunctionMode`` sees functional calls."""
 
 from __future__ import annotations
 
@@ -62,9 +59,7 @@ class Recording:
 
     events: list[PoolEvent] = field(default_factory=list)
     output: Any = None  # the model's output on the example, detached, for the self-check
-    # The same run with torch.onnx.is_in_onnx_export() answering True, where the model asked it (and
-    # that run did not raise).
-    export_branch: Recording | None = None
+    export_branch: Recording | None = None  # the run with torch.onnx.is_in_onnx_export() true, where the model asked
     asks_export_flag: bool = False  # the model asked torch.onnx.is_in_onnx_export() in this run
 
 

@@ -1,11 +1,9 @@
 """:class:`ExactAdaptivePool`: one adaptive pool computed exactly, for the input size it was planned for.
 
-Tracers (the exporters, ``torch.jit.trace``, ``torch.fx``) see the steps of its :class:`~fxpool.steps.PoolPlan`
-as the plain ops of :mod:`fxpool.forms`, none of which multiplies an entry outside its window (NaN and ±inf
-stay in their windows). Eager runs one-step plans in one call and uneven windows by PyTorch's own kernel,
-and ``torch.compile`` (no exporter) gets PyTorch's pool, which inductor lowers exactly and faster. Window
-indices and scales are non-persistent buffers: ``state_dict`` keys stay the original's, and they are rebuilt
-exactly after any ``.to()``, so ``.double()`` stays exact to float64.
+Tracers see the steps of its :class:`~fxpool.steps.PoolPlan` as the plain ops of :mod:`fxpool.forms`; eager runs
+one-step plans in one call and uneven windows by PyTorch's kernel; ``torch.compile`` (no exporter) gets PyTorch's pool.
+Window indices and scales are non-persistent buffers (``state_dict`` keys stay the original's), rebuilt exactly
+after any ``.to()``, so ``.double()`` stays exact to float64.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from torch import nn
 from .errors import PoolCallError
 from .forms import AVG_POOLS, MAX_POOLS, plan_constants, run_onnx_steps, run_steps, window_scales
 from .planning import choose_plan
-from .sizechecks import check_input, exporting, plain_eager, pool_at, traced_guard
+from .sizechecks import check_input, plain_eager, pool_at, traced_guard
 from .steps import PoolPlan, PoolStep, ReduceStep, WindowScaleStep, axis_names
 
 torch.fx.wrap("check_input")  # a leaf here too, so converted models trace again with torch.fx
@@ -72,7 +70,7 @@ class ExactAdaptivePool(nn.Module):
             self._set_plan(plan, *self._constants_dtype_device())
 
     def _constants_dtype_device(self) -> tuple[torch.dtype, torch.device | None]:
-        """The dtype the window scales are kept in (float32, or float64 for float64 models) and the constants' device."""
+        """The window scales' dtype (float32, or float64 for float64 models) and the constants' device."""
         constants = [(name, b) for name, b in self.named_buffers(recurse=False) if name.startswith(_CONSTANT_PREFIXES)]
         scales = [b for name, b in constants if name.startswith("weight_")]
         dtype = torch.float64 if scales and scales[0].dtype == torch.float64 else torch.float32
@@ -83,13 +81,11 @@ class ExactAdaptivePool(nn.Module):
         return native_pool_module(*self.fxpool_native_reference)
 
     def _build_constants(self, dtype: torch.dtype, device: torch.device | str | None) -> None:
-        """(Re)build the window scales (in ``dtype``) and window indices, exactly, on ``device``."""
         for name, tensor in plan_constants(self.plan, dtype, device).items():
             self.register_buffer(name, tensor, persistent=False)
 
     def _apply(self, fn, recurse: bool = True):
-        # A dtype change would round the window scales, and to_empty() would leave them (and the
-        # window indices) uninitialised: rebuild every constant exactly after any conversion.
+        # A dtype change would round the window scales, to_empty() leave the constants uninitialised: rebuild them.
         super()._apply(fn, recurse)
         dtype, device = self._constants_dtype_device()
         if device is not None:
@@ -121,10 +117,9 @@ class ExactAdaptivePool(nn.Module):
             return run_fast(self.plan, x, fast)
         x = check_input(x, self.expected_sizes, self.location)
         if torch.compiler.is_compiling() and not torch.compiler.is_exporting():
-            # torch.compile is not an exporter: inductor lowers PyTorch's own pool exactly, and faster
-            # than the plain-op form (compiled, 2-8x on the CPU; the issue's H200 run: 1.4-1.6x).
+            # torch.compile is not an exporter: inductor lowers PyTorch's own pool exactly, and 1.4-8x faster.
             return native_pool(x, *self.fxpool_native_reference)
-        eager = isinstance(x, torch.Tensor) and not exporting()  # not a Proxy, nothing traces
+        eager = isinstance(x, torch.Tensor) and plain_eager()  # not a Proxy, nothing traces
         # Under autocast the native pool's own policy decides the output dtype (CPU runs 3d pools in
         # float32, say): in eager, PyTorch's kernel is the exact answer.
         if eager and (self.runs_native_in_eager or torch.is_autocast_enabled(x.device.type)):
@@ -151,8 +146,7 @@ class ExactAdaptivePool(nn.Module):
 
     @property
     def runs_native_in_eager(self) -> bool:
-        """Uneven windows run PyTorch's own kernel in eager, tracers the gather form: both exact, but every exact
-        form measured in eager stayed 1.7-4x native with autograd."""
+        """Uneven windows run PyTorch's own kernel in eager (every exact form stayed 1.7-4x slower), tracers the forms."""
         return self._native_in_eager
 
     def _weight_for(self, index: int, x: torch.Tensor) -> torch.Tensor:
@@ -223,9 +217,8 @@ def native_pool_module(family: str, output_size: tuple[int | None, ...]) -> nn.M
 
 
 def _fast_eager_kind(plan: PoolPlan, native_in_eager: bool, sizes_fixed: bool) -> str:
-    """Which one-call eager form a plan has ("" for none): the common one-step plans, run on a contiguous
-    float32 tensor of the traced sizes without the general path's checks and loop over steps, which
-    cost 5-25 us a call (a GPU shows it: efficientnet's 17 squeeze-excitation means)."""
+    """Which one-call eager form a plan has ("" for none): the common one-step plans, run on a contiguous float32
+    tensor of the traced sizes without the general path's checks and loop over steps (5-25 us a call)."""
     if native_in_eager:
         return "native" if sizes_fixed else ""
     if len(plan.steps) != 1:

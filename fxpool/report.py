@@ -22,7 +22,7 @@ class PoolRecord:
     """One adaptive pool: where it is, what it was asked, and what replaced it or why nothing did."""
 
     location: str  # qualified module name, or "<scope>:<graph node>" for a functional call
-    form: str  # "module" or "functional"
+    form: str  # "module", "functional", "aten" (a graph's node) or "traced" (found by the proof alone)
     op: str
     input_shape: tuple[int, ...] | None
     output_size: str  # as requested in the model
@@ -33,9 +33,7 @@ class PoolRecord:
     onnx_replacement: str = ""  # what ONNX export runs instead, where it has a form of its own (PoolPlan.onnx_steps)
     size_agnostic: bool = False
     source: str | None = None
-    # Left to PyTorch but an average pool on float input: fxpool.export and onnx_export_hook lower
-    # it exactly at export time (fxpool.symbolics), so only eager PyTorch still runs the native op.
-    export_translated: bool = False
+    export_translated: bool = False  # left, but an average pool on float input, lowered exactly by fxpool's exports
     family: str = ""  # "avg" or "max" ("" where the pool was never seen)
     kind: str = ""  # what report.counts() counts: the first op of the replacement (PoolPlan.kind), or "dynamic"
     export_branch: bool = False  # a pool only the export branch runs (code asking torch.onnx.is_in_onnx_export())
@@ -62,9 +60,7 @@ class ConversionReport:
     records: tuple[PoolRecord, ...]
     intercepted: tuple[str, ...] = ()  # qualified names of modules whose functional pool calls run replacements
     check: SelfCheck | None = None  # what convert compared after converting (None: not run)
-    # The tracer whose view of the converted model the records were checked against (fxpool.proving): the
-    # native pools it found are all in the records ("" where no tracer ran: an example on the meta device)
-    proved_by: str = ""
+    proved_by: str = ""  # the tracer whose native pools are all in the records (fxpool.proving; "": none ran)
 
     @property
     def converted(self) -> tuple[PoolRecord, ...]:

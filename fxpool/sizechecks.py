@@ -1,9 +1,6 @@
-"""Where a replacement runs (:func:`plain_eager`, :func:`exporting`), and the size checks it makes there.
-
-A replacement specialised to the example's spatial size must never compute at another size: it checks its
-input in eager and while an exporter traces (:func:`check_input`), and leaves a check in what
-``torch.jit.trace`` and the TorchScript ONNX exporter record (:func:`traced_guard`).
-"""
+"""Where a replacement runs (:func:`plain_eager`), and the size checks it makes there: one specialised to the
+example's spatial size never computes at another, in eager and while an exporter traces (:func:`check_input`), nor
+in what ``torch.jit.trace`` and the TorchScript ONNX exporter record (:func:`traced_guard`)."""
 
 from __future__ import annotations
 
@@ -20,9 +17,8 @@ from .errors import PoolCallError, SpatialSizeError
 
 @torch.fx.wrap
 def check_input(x: torch.Tensor, expected: tuple[int | None, ...], location: str) -> torch.Tensor:
-    """Return ``x`` if it is floating and its trailing spatial sizes match ``expected`` (``None``: any), in eager
-    and while a tracer runs (a graph traced at another size would compute wrong values); a spatial size left
-    symbolic by ``torch.export`` (a dynamic axis) cannot be checked and is refused."""
+    """Return ``x`` if it is floating and its trailing spatial sizes match ``expected`` (``None``: any), in eager and
+    while a tracer runs; a spatial size left symbolic by ``torch.export`` (a dynamic axis) cannot be checked: refused."""
     # Eager, the common case; and torch.compile, whose guards on the sizes compared hold at run time. Not
     # torch.export's strict (dynamo) tracing: there such a guard becomes a runtime assertion ONNX drops.
     if type(x) is torch.Tensor and not torch.jit.is_tracing() and not torch.compiler.is_exporting() and x.is_floating_point():
@@ -70,12 +66,9 @@ _KEEP_STATIC = (
 
 
 def _known(condition: Any) -> bool:
-    """``condition`` (about sizes) holds whatever a symbolic size turns out to be, without adding a guard.
-
-    Under ``torch.export`` comparing a symbolic size would add a guard (a constraint on the dynamic dimension,
-    or a runtime assertion ONNX drops); ``statically_known_true`` decides from what is known alone. Elsewhere
-    sizes are ints, or torch.compile's SymInts, whose guards hold at run time.
-    """
+    """``condition`` (about sizes) holds whatever a symbolic size turns out to be. Under ``torch.export`` without
+    adding a guard (a constraint on the dynamic dimension, or a runtime assertion ONNX drops); elsewhere sizes are
+    ints, or torch.compile's SymInts, whose guards hold at run time."""
     if not torch.compiler.is_exporting():
         return bool(condition)
     # Only tracers that make symbolic sizes reach here, and they have imported it (sympy; 0.5 s otherwise).
@@ -102,9 +95,8 @@ _SCRIPTED_CHECK: list[Any] = []
 
 
 def traced_size_check(x: torch.Tensor, expected: tuple[int | None, ...], location: str) -> torch.Tensor:
-    """``x``, through a TorchScript function that ``torch.jit.trace`` keeps in its graph: the traced
-    module raises at a spatial size other than the one it was converted for, instead of returning wrong
-    values (the trace would otherwise bake the traced sizes' windows in)."""
+    """``x``, through a TorchScript function that ``torch.jit.trace`` keeps in its graph: the traced module raises
+    at another spatial size instead of returning wrong values."""
     if not _SCRIPTED_CHECK:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # torch.jit.script's deprecation: this is its one use
@@ -116,16 +108,11 @@ def _check_sizes_scripted(x: torch.Tensor, expected: list[int], location: str) -
     spatial = x.shape[x.dim() - len(expected) :]
     for axis in range(len(expected)):
         if expected[axis] >= 0 and spatial[axis] != expected[axis]:
-            traced = [("*" if e < 0 else str(e)) for e in expected]
+            traced = ", ".join([("*" if e < 0 else str(e)) for e in expected])
             raise ValueError(
-                "fxpool: the adaptive pool at '"
-                + location
-                + "' of the converted model was traced for spatial size ("
-                + ", ".join(traced)
-                + ") but got input of shape "
-                + str(list(x.shape))
-                + ". Trace or export at this "
-                "size, or convert with dynamic=True for one graph exact at every size."
+                f"fxpool: the adaptive pool at '{location}' of the converted model was traced for spatial size ({traced}) "
+                f"but got input of shape {list(x.shape)}. Trace or export at this size, or convert with dynamic=True "
+                f"for one graph exact at every size."
             )
     return x
 
@@ -156,14 +143,10 @@ def refuse_empty_torchscript_export(x: torch.Tensor, location: str) -> None:
 
 
 def onnx_size_guard(x: torch.Tensor, expected: tuple[int | None, ...], location: str) -> torch.Tensor:
-    """``x``, checked at export and guarded in the graph, for the TorchScript ONNX exporter.
-
-    At export, :class:`_SpatialSizeCheck` refuses a guarded spatial size that ONNX's shape inference finds
-    dynamic (``dynamic_axes``). In the graph, ``x`` is reshaped to its own shape with the guarded spatial
-    sizes as constants: a Reshape that fails at an input of another element count, where the export could
-    not tell. It rides on the data path, where no runtime optimizer can drop it (onnxruntime folds away a
-    check on the side).
-    """
+    """``x``, checked at export (:class:`_SpatialSizeCheck`) and guarded in the graph for the TorchScript ONNX
+    exporter: reshaped to its own shape with the guarded spatial sizes as constants, a Reshape that fails at another
+    element count. It rides on the data path, where no runtime optimizer can drop it (onnxruntime folds away a
+    check on the side)."""
     x = _SpatialSizeCheck.apply(x, expected, location)
     dims = len(expected)
     sizes = [x.shape[axis - dims] if size is None else size for axis, size in enumerate(expected)]
@@ -207,9 +190,8 @@ _TRACED_FORMS = threading.local()
 
 @contextmanager
 def traced_forms() -> Iterator[None]:
-    """Within the block (this thread), replacements run in eager what tracers see: the plan's steps
-    in order, the gather form for general max windows instead of PyTorch's kernel. For a census of
-    the ops a converted model runs (the zoo's), or to time the exported form in eager."""
+    """Within the block (this thread), replacements run in eager what tracers see, not PyTorch's kernels: for a
+    census of the ops a converted model runs (the zoo's), or to time the exported form in eager."""
     saved = getattr(_TRACED_FORMS, "on", False)
     _TRACED_FORMS.on = True
     try:
@@ -231,8 +213,3 @@ def plain_eager() -> bool:
         and not torch.compiler.is_compiling()
         and not torch.onnx.is_in_onnx_export()
     )
-
-
-def exporting() -> bool:
-    """An exporter or compiler is tracing, or a traced_forms block is open: the plan's steps, no eager shortcut."""
-    return not plain_eager()

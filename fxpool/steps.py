@@ -10,11 +10,9 @@ from typing import Literal
 PoolFamily = Literal["avg", "max"]
 AxisKind = Literal["identity", "reduce", "pool", "upsample", "sliding", "slices", "gather"]
 
-# The max family's window maxima take one gather per window position, then an elementwise Max of them:
-# past this many positions (a long 1d axis: 1,000,000 -> 997 has 1004) the exporters spend minutes on
-# the thousands of ops (108 s for the dynamo exporter, 23 s for TorchScript's), so the window's positions
-# are gathered as one (o, span) block and reduced by one ReduceMax, with a NaN flag beside it (the sum
-# of the window's absolute values; onnxruntime's ReduceMax skips NaN), as ``dynamic=True`` does: 1.1-3.4 s.
+# The max family's window maxima take one gather per window position and an elementwise Max: past this many
+# positions the exporters spend minutes on the ops (1,000,000 -> 997: 108 s), so the positions are gathered as one
+# (o, span) block reduced by one ReduceMax, with a NaN flag beside it (onnxruntime's ReduceMax skips NaN).
 WINDOW_MAXIMA_MAX_GATHERS = 32
 
 
@@ -77,9 +75,8 @@ class WindowSlicesStep:
 
 @dataclass(frozen=True)
 class WindowGatherStep:
-    """Copy out each window's positions along one axis, padded to ``span``: max by repeating the window's
-    last position (a MaxPool of kernel and stride ``span`` then takes each maximum); average
-    (``zero_padded``) with a zero (the AvgPool's ``sum / span`` is rescaled by :class:`WindowScaleStep`)."""
+    """Copy out each window's positions along one axis, padded to ``span`` for a pool of kernel and stride ``span``:
+    max by repeating the window's last position; average (``zero_padded``) with a zero (see :class:`WindowScaleStep`)."""
 
     axis: int
     in_size: int
@@ -90,13 +87,10 @@ class WindowGatherStep:
 
 @dataclass(frozen=True)
 class WindowReduceStep:
-    """Each window's maximum (max) or sum (avg) along one axis, from constant-index gathers (ONNX only).
-
-    Max: gather ``j`` takes position ``j`` of every window (a shorter window repeats its last), then the
-    elementwise Max, which propagates NaN where onnxruntime's MaxPool and ReduceMax skip it. Average: one
-    gather of every window's positions (a shorter window's missing ones point at :class:`WindowZeroStep`'s
-    zero), summed over the span; :class:`WindowCountStep` divides after the last axis.
-    """
+    """Each window's maximum (max) or sum (avg) along one axis, from constant-index gathers (ONNX only). Max: gather
+    ``j`` takes position ``j`` of every window (a shorter window repeats its last), then the elementwise Max, which
+    propagates NaN. Average: one gather of every window's positions (a shorter window's missing ones point at
+    :class:`WindowZeroStep`'s zero), summed over the span; :class:`WindowCountStep` divides after the last axis."""
 
     family: PoolFamily
     axis: int
@@ -152,8 +146,7 @@ class WindowScaleStep:
 
 @dataclass(frozen=True)
 class UpsampleStep:
-    """Nearest upsampling of every spatial axis to ``sizes`` (integer factors only; ``None``: the axis keeps
-    its input size, read at run time)."""
+    """Nearest upsampling of every spatial axis to ``sizes`` (integer factors; ``None``: the input's, read at run time)."""
 
     sizes: tuple[int | None, ...]
 
@@ -193,13 +186,9 @@ class PoolPlan:
 
     @property
     def guarded_axes(self) -> tuple[int, ...]:
-        """Spatial axes whose traced size the replacement depends on.
-
-        An axis is size-agnostic when it follows its input (``None`` in output_size) or is reduced
-        by a mean/max that does not name its length; an output-1 axis folded into a pooling kernel
-        is not. When the output size is a scale of the input's, every axis is guarded: at another
-        input size the output size itself changes.
-        """
+        """Spatial axes whose traced size the replacement depends on: all where the output size is a scale of the
+        input's; else those neither following their input (``None`` in output_size) nor reduced by a mean/max
+        that does not name their length (an output-1 axis folded into a pooling kernel does)."""
         if self.scaled_output:
             return tuple(range(self.spatial_dims))
         folded = any(isinstance(step, PoolStep) for step in self.steps)
@@ -212,47 +201,30 @@ class PoolPlan:
 
     @property
     def kind(self) -> str:
-        """The name of the first step's op (``identity`` for none), as reports count replacements."""
-        return _step_kind(self.steps[0], self.spatial_dims) if self.steps else "identity"
+        """The name of the first step's op (``identity`` for none), as reports count replacements. Planning's steps
+        begin with one of these (the ONNX-only steps and the scaling after a pool never come first)."""
+        if not self.steps:
+            return "identity"
+        step = self.steps[0]
+        if isinstance(step, PoolStep):
+            return f"{'AvgPool' if step.family == 'avg' else 'MaxPool'}{self.spatial_dims}d"
+        if isinstance(step, ReduceStep):
+            return "mean" if step.family == "avg" else "amax"
+        names = {SlidingWindowStep: "sliding", WindowSlicesStep: "slices", WindowGatherStep: "gather", UpsampleStep: "nearest"}
+        return names[type(step)]
 
     def describe(self) -> str:
         """A one-line human summary of the steps, e.g. ``AvgPool2d(k=(3, 3), s=(2, 2))``."""
-        if not self.steps:
-            return "identity"
-        return " -> ".join(_describe_step(step, self.spatial_dims) for step in self.steps)
+        return " -> ".join(_describe_step(step, self.spatial_dims) for step in self.steps) or "identity"
 
     def describe_onnx(self) -> str:
         """:meth:`describe` of what ONNX export runs (:attr:`onnx_steps`, else ``steps``)."""
-        if not self.onnx_steps:
-            return self.describe()
-        return " -> ".join(_describe_step(step, self.spatial_dims) for step in self.onnx_steps)
+        return " -> ".join(_describe_step(step, self.spatial_dims) for step in self.onnx_steps) or self.describe()
 
     def reasons(self) -> str:
         """Why each axis got its kind, one clause per axis."""
         names = axis_names(self.spatial_dims)
         return "; ".join(f"{name} {axis.reason}" for name, axis in zip(names, self.axes))
-
-
-def _step_kind(step: Step, spatial_dims: int) -> str:
-    if isinstance(step, PoolStep):
-        return f"{'AvgPool' if step.family == 'avg' else 'MaxPool'}{spatial_dims}d"
-    if isinstance(step, ReduceStep):
-        return "mean" if step.family == "avg" else "amax"
-    if isinstance(step, WindowReduceStep):
-        return "window-max" if step.family == "max" else "window-sum"
-    if isinstance(step, BlockReduceStep):
-        return "block-max" if step.family == "max" else "block-sum"
-    kinds: dict[type, str] = {
-        SlidingWindowStep: "sliding",
-        WindowSlicesStep: "slices",
-        WindowGatherStep: "gather",
-        SpatialLayoutStep: "transpose",
-        WindowZeroStep: "zero",
-        WindowCountStep: "count",
-        WindowScaleStep: "scale",
-        UpsampleStep: "nearest",
-    }
-    return kinds[type(step)]
 
 
 def _describe_step(step: Step, spatial_dims: int) -> str:

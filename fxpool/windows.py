@@ -34,10 +34,8 @@ def window_lengths(in_size: int, out_size: int) -> tuple[int, ...]:
 
 
 def uniform_stride(in_size: int, out_size: int) -> tuple[int, int] | None:
-    """``(kernel, stride)`` such that a padding-free pooling reproduces every window, or ``None``.
-
-    A single window (``out_size == 1``) is the kernel ``in_size`` at stride ``in_size``.
-    """
+    """``(kernel, stride)`` such that a padding-free pooling reproduces every window, or ``None``; a single
+    window (``out_size == 1``) is the kernel ``in_size`` at stride ``in_size``."""
     windows = window_bounds(in_size, out_size)
     kernel = windows[0][1] - windows[0][0]
     if out_size == 1:

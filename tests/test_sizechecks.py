@@ -3,7 +3,7 @@
 ``check_input`` passes the traced size and refuses another (``SpatialSizeError`` naming both sizes and
 ``dynamic=True``), an integer input and an empty spatial axis (``PoolCallError``); an empty batch under
 the TorchScript ONNX exporter is refused before the exporter's Reshape symbolic would crash the process.
-``plain_eager``/``exporting`` answer as their names say, ``traced_forms`` included.
+``plain_eager`` answers as its name says, ``traced_forms`` included.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from fxpool.errors import PoolCallError, SpatialSizeError
-from fxpool.sizechecks import check_input, exporting, plain_eager, refuse_empty_torchscript_export, traced_forms
+from fxpool.sizechecks import check_input, plain_eager, refuse_empty_torchscript_export, traced_forms
 
 
 def test_check_input_passes_the_traced_size_and_names_both_sizes_otherwise() -> None:
@@ -40,7 +40,7 @@ def test_an_empty_input_under_the_torchscript_exporter_is_refused_by_name() -> N
 
 
 def test_where_a_replacement_runs() -> None:
-    assert plain_eager() and not exporting()
+    assert plain_eager()
     with traced_forms():
-        assert not plain_eager() and exporting()
-    assert plain_eager() and not exporting()
+        assert not plain_eager()
+    assert plain_eager()
