@@ -1,48 +1,31 @@
 """Adaptive pooling that builds its windows from the size it is given (``dynamic=True``).
 
-Per pooled axis of runtime length ``L`` and output ``o``, window ``i`` is PyTorch's
-``[floor(i*L/o), ceil((i+1)*L/o))``, computed by integer shape arithmetic on the runtime length (Shape,
-Mul, Add, Div, Range in ONNX; SymInt expressions under ``torch.export``, which adds no guard for them).
-Work and memory are linear in the input: no ``(o x L)`` mask. The forms
-(:class:`~fxpool.planning.DynamicForm`, chosen by planning from the example's sizes):
+Window ``i`` of an axis of runtime length ``L`` pooled to ``o`` is PyTorch's ``[floor(i*L/o), ceil((i+1)*L/o))``,
+computed by integer shape arithmetic on the runtime length (Range, Mul, Div in ONNX; SymInt expressions under
+``torch.export``, which add no guard). Every window holds ``L // o`` to ``L // o + 2`` entries, so work and
+memory are linear in the input. The forms (:class:`~fxpool.planning.DynamicForm`; docs/export.md has the
+measurements): ``gathers`` moves the spatial axes in front and gathers and reduces each axis's windows
+(:func:`window_sums`, :func:`window_maxima`); ``slices`` slices each window from its runtime bounds, under
+TorchScript tracing only (symbolic slice bounds add guards that named Dims refuse).
 
-- ``gathers``: the spatial axes moved in front of the others (one Transpose, so every gather copies
-  whole blocks of batch and channels), then per pooled axis (the most-shrinking first where only values
-  are wanted) each window's entries gathered and reduced. Averages sum each window's first ``L // o``
-  entries and the two that may lie past them, masked to zero by ``Where``, which selects and never
-  multiplies (:func:`window_sums`), and divide by the window sizes once, after the last axis. Maxima
-  read ``ceil(L/o) + 1`` entries from each window's start, a shorter window repeating its last: those of
-  the size traced one per window, combined by Max, the rest as one block (:func:`window_maxima`). Under
-  ``torch.export`` with a dynamic dimension and ``torch.fx`` each axis is one block of ``ceil(L/o) + 1 >= 2``
-  entries (sums masked): a block that may hold 0 or 1 entries adds a guard. Under ONNX export too, where
-  the block's NaN flag covers every entry.
-- ``slices`` (TorchScript tracing: the TorchScript ONNX exporter, ``torch.jit.trace``): per pooled
-  axis each window sliced from its runtime bounds and reduced (ReduceMean; ReduceMax), the results
-  concatenated; few long windows. Under ``torch.export`` slices of symbolic bounds add guards that
-  named ``Dim``\\ s refuse, so there the gathers run instead.
-
-Max blocks under ONNX export carry a NaN flag (:func:`~fxpool.forms.nan_flagged`): ReduceMax and Max do not
-carry NaN in every runtime, PyTorch's pools return it. No block is ever empty: OpenVINO compiles a graph with an
-empty Gather, at a static size, into a process killed by SIGFPE. Other tracers get ``torch.max(dim)``, whose gradient
-goes to the first maximum; their axes are taken last axis first, so a tie's gradient lands where PyTorch's kernel
-sends it.
-
-Eager and ``torch.compile`` run PyTorch's own kernel; :meth:`_DynamicPool.traced_form` runs the graph form in
-eager (self-check, tests). One graph serves every input size: no Loop, If, GatherND or ScatterND.
+Under ONNX export a maximum carries a NaN flag (:func:`~fxpool.forms.nan_flagged`), and no gathered block is
+ever empty, at any size: OpenVINO compiles an empty Gather at a static size into SIGFPE, and PyTorch's amax
+refuses one. Other tracers get ``torch.max(dim)``, last axis first, so a tie's gradient lands where PyTorch's
+kernel sends it. Eager and ``torch.compile`` run PyTorch's own kernel; :meth:`_DynamicPool.traced_form` runs
+the graph form in eager. One graph serves every size: no Loop, If, GatherND or ScatterND.
 """
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
 from torch import nn
 
-from .forms import keep_memory_format, nan_flagged
+from .forms import keep_memory_format, nan_flagged, needs_gradient, span_sum
 from .planning import DynamicKind
 from .replacements import native_pool_function, native_pool_module, normalized_output_size
-from .sizechecks import check_input, plain_eager
+from .sizechecks import check_input, plain_eager, static_size
 
 torch.fx.wrap("check_input")  # a leaf here too, so converted models trace again with torch.fx
 
@@ -75,15 +58,6 @@ def gather_windows(x: torch.Tensor, dim: int, indices: torch.Tensor) -> torch.Te
     if torch.jit.is_tracing():
         return x[(slice(None),) * dim + (indices,)]
     return x.index_select(dim, indices.reshape(-1)).unflatten(dim, (indices.shape[0], indices.shape[1]))
-
-
-def _sum(windows: torch.Tensor, dim: int, rank: int) -> torch.Tensor:
-    """The sum over ``dim`` of a tensor of ``rank`` axes: a ReduceSum under the TorchScript exporter, an
-    Einsum under torch.export (left in float by static INT8 quantizers, as fxpool's static window sums)."""
-    if torch.jit.is_tracing():
-        return windows.sum(dim)
-    axes = "abcdefgh"[:rank]
-    return torch.einsum(f"{axes}->{axes[:dim]}{axes[dim + 1 :]}", windows)
 
 
 def spatial_first(x: torch.Tensor, dims: int) -> torch.Tensor:
@@ -123,16 +97,16 @@ def window_sums(y: torch.Tensor, dim: int, dims: int, out_size: int) -> tuple[to
     length = y.shape[dim]
     starts, ends = runtime_window_bounds(length, out_size, y.device)
     if out_size == 1:
-        return _sum(y, dim, dims + 1).unsqueeze(dim), ends - starts
+        return span_sum(y, dim, dims + 1).unsqueeze(dim), ends - starts
     if _symbolic(length):
         span = _div(length + (out_size - 1), out_size) + 1
         positions = _positions(starts, 0, span, y)
         inside = positions < ends.unsqueeze(1)
         windows = gather_windows(y, dim, torch.minimum(positions, ends.unsqueeze(1) - 1))
-        return _sum(torch.where(_along(inside, dim, dims), windows, 0.0), dim + 1, dims + 2), ends - starts
+        return span_sum(torch.where(_along(inside, dim, dims), windows, 0.0), dim + 1, dims + 2), ends - starts
     fewest = _at_least_one(_div(length, out_size))
     parts = [
-        _sum(gather_windows(y, dim, _positions(starts[rows], 0, fewest, y)), dim + 1, dims + 2)
+        span_sum(gather_windows(y, dim, _positions(starts[rows], 0, fewest, y)), dim + 1, dims + 2)
         for rows in _halves(out_size, fewest)
     ]
     sums = torch.cat(parts, dim) if len(parts) > 1 else parts[0]
@@ -148,7 +122,7 @@ def _halves(out_size: int, count: Any, smallest: int = 4) -> list[slice]:
     size traced (so half a block lives at once), else all at once. Split by windows, never by entries: a group
     is never empty at a size the graph is run at (a Gather of no entries is an error in PyTorch's amax and
     kills OpenVINO's compiler with SIGFPE)."""
-    if _traced_int(count) < smallest:
+    if static_size(count) < smallest:
         return [slice(None)]
     return [slice(0, (out_size + 1) // 2), slice((out_size + 1) // 2, None)]
 
@@ -158,22 +132,10 @@ def _at_least_one(count: Any) -> Any:
     return count.clamp(min=1) if isinstance(count, torch.Tensor) else max(count, 1)
 
 
-def _traced_int(value: Any) -> int:
-    """``value`` at the size being run or traced (a 0-d tensor under ``torch.jit.trace``)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", torch.jit.TracerWarning)
-        return int(value)
-
-
 def _first_maximum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """The maximum of ``a`` (earlier positions) and ``b`` (later ones) as PyTorch's max pools pick it:
     ``b`` only where it is greater or NaN, so a tie's gradient goes to ``a``."""
     return torch.where((b > a) | torch.isnan(b), b, a)
-
-
-def _needs_gradient(x: torch.Tensor) -> bool:
-    """Whether a gradient may flow back through ``x`` (a Proxy under torch.fx: assume so)."""
-    return not isinstance(x, torch.Tensor) or (torch.is_grad_enabled() and x.requires_grad)
 
 
 def window_maxima(y: torch.Tensor, dim: int, out_size: int, flag_nan: bool) -> torch.Tensor:
@@ -183,14 +145,14 @@ def window_maxima(y: torch.Tensor, dim: int, out_size: int, flag_nan: bool) -> t
     :data:`MAX_SINGLES`) are gathered one per window and combined by Max, the rest make one block (for two
     groups of windows in turn), never empty. A gradient takes ``torch.max`` and :func:`_first_maximum`."""
     length = y.shape[dim]
-    grad = _needs_gradient(y) and not flag_nan
+    grad = needs_gradient(y) and not flag_nan
     if out_size == 1:
         return _block_maximum(y.unsqueeze(dim), dim + 1, flag_nan, grad)  # one window, the whole axis
     starts, ends = runtime_window_bounds(length, out_size, y.device)
     span = _div(length + (out_size - 1), out_size) + 1
     if flag_nan or _symbolic(length):
         return _block_maximum(gather_windows(y, dim, _positions(starts, 0, span, y, ends)), dim + 1, flag_nan, grad)
-    singles = min(MAX_SINGLES, _traced_int(span) - 1)
+    singles = min(MAX_SINGLES, static_size(span) - 1)
     combine = _first_maximum if grad else torch.maximum
     result = y.index_select(dim, starts)  # each entry dies inside its Max
     for offset in range(1, singles):
@@ -344,7 +306,7 @@ class DynamicAdaptiveMaxPool(_DynamicPool):
         source, dims = x, len(self.out_sizes)
         onnx = torch.onnx.is_in_onnx_export()
         pooled = [(axis, size) for axis, size in enumerate(self.out_sizes) if size is not None]
-        if _needs_gradient(x) and not onnx:
+        if needs_gradient(x) and not onnx:
             pooled.reverse()  # last axis first: the first maximum in row-major order takes a tie's gradient
         else:
             pooled = shrinking_first(pooled, x, dims)

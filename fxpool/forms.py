@@ -122,11 +122,12 @@ def block_reduce(x: torch.Tensor, dim: int, family: str, in_size: int, out_size:
     return blocks.amax(dim + 1) if family == "max" else span_sum(blocks, dim + 1)
 
 
-def span_sum(windows: torch.Tensor, dim: int) -> torch.Tensor:
-    """The sum over ``dim``: a ReduceSum under the TorchScript exporter, an Einsum under torch.export."""
+def span_sum(windows: torch.Tensor, dim: int, rank: int | None = None) -> torch.Tensor:
+    """The sum over ``dim`` (of ``rank`` axes: a torch.fx Proxy has no ``dim()``): a ReduceSum under the
+    TorchScript exporter, an Einsum under torch.export, which static INT8 quantizers leave in float."""
     if torch.jit.is_tracing():
         return windows.sum(dim)
-    axes = "abcdefgh"[: windows.dim()]
+    axes = "abcdefgh"[: windows.dim() if rank is None else rank]
     return torch.einsum(f"{axes}->{axes[:dim]}{axes[dim + 1 :]}", windows)
 
 
@@ -183,14 +184,18 @@ def _reduce(x: torch.Tensor, step: ReduceStep, dims: int) -> torch.Tensor:
     axes = [a - dims for a in step.axes]
     if step.family == "avg":
         return x.mean(dim=axes, keepdim=True)
-    needs_grad = not isinstance(x, torch.Tensor) or (torch.is_grad_enabled() and x.requires_grad)  # a Proxy: keep both
-    if torch.onnx.is_in_onnx_export() or not needs_grad:
+    if torch.onnx.is_in_onnx_export() or not needs_gradient(x):
         return torch.amax(x, dim=axes, keepdim=True)  # one ReduceMax; the values are the same
     # max(dim) sends the gradient to the first maximum (amax splits it among ties); last axis
     # first keeps PyTorch's row-major order.
     for axis in reversed(axes):
         x = torch.max(x, dim=axis, keepdim=True).values
     return x
+
+
+def needs_gradient(x: torch.Tensor) -> bool:
+    """Whether a gradient may flow back through ``x`` (a Proxy under torch.fx: assume so)."""
+    return not isinstance(x, torch.Tensor) or (torch.is_grad_enabled() and x.requires_grad)
 
 
 def _cast_like(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
