@@ -100,8 +100,7 @@ def export(
     one raises `MissingDependencyError` with the ``pip install`` line) and ``opset_version`` is checked
     against what the chosen exporter writes (`UnsupportedOpsetError`; see `supported_opsets`).
     """
-    require_export_dependencies(kwargs, verify, "fxpool.export")
-    check_opset(kwargs)
+    check_export_request(kwargs, verify, "fxpool.export")
     if hasattr(f, "write"):  # a file object, as torch.onnx.export takes: one file, exported and verified, then copied
         if kwargs.get("dynamo", True) is not False:
             kwargs.setdefault("external_data", False)
@@ -256,7 +255,7 @@ def pool_nodes(path: str, converted: nn.Module | ExportedProgram) -> dict[str, t
 # Loggers the exporters warn through on every successful export ("torchvision is not installed. Skipping ...").
 _EXPORTER_LOGGERS = ("torch.onnx", "torch.export", "torch._export", "onnxscript")
 # Exporter log lines that say the exporter did other than it was asked: these reach the caller as warnings.
-_CHANGES_THE_REQUEST = (re.compile(r"operator set version|opset version", re.IGNORECASE),)
+_CHANGES_THE_REQUEST = re.compile(r"operator set version|opset version", re.IGNORECASE)
 exporter_log = logging.getLogger("fxpool.exporters")
 
 
@@ -266,7 +265,7 @@ class _Relay(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
         exporter_log.debug("%s: %s: %s", record.name, record.levelname, message)
-        if record.levelno >= logging.WARNING and any(pattern.search(message) for pattern in _CHANGES_THE_REQUEST):
+        if record.levelno >= logging.WARNING and _CHANGES_THE_REQUEST.search(message):
             warnings.warn(f"the exporter ({record.name}) says: {message}", FxpoolWarning, stacklevel=2)
 
 
@@ -285,18 +284,6 @@ def _exporter_logs_to_fxpool(names: tuple[str, ...]) -> Iterator[None]:
         for logger, (propagate, handlers) in zip(loggers, saved):
             logger.propagate = propagate
             logger.handlers = handlers
-
-
-def require_export_dependencies(kwargs: dict[str, Any], verify: bool, who: str) -> None:
-    """Import what an export with these ``torch.onnx.export`` keyword arguments needs, or raise
-    `MissingDependencyError` naming the module and the ``pip install`` line."""
-    dynamo = kwargs.get("dynamo", True) is not False
-    exporter = "with dynamo=True (the default)" if dynamo else "with dynamo=False"
-    require("onnx", f"{who} {exporter}")
-    if dynamo:
-        require("onnxscript", f"{who} {exporter}")
-    if verify:
-        require("onnxruntime", f"{who} with verify=True (pass verify=False, or --no-verify, to export unverified)")
 
 
 def supported_opsets(dynamo: bool) -> tuple[int, int]:
@@ -318,12 +305,20 @@ def supported_opsets(dynamo: bool) -> tuple[int, int]:
     return lowest, onnx.defs.onnx_opset_version()
 
 
-def check_opset(kwargs: dict[str, Any]) -> None:
-    """Raise `UnsupportedOpsetError` if ``kwargs["opset_version"]`` is outside what the chosen exporter writes."""
+def check_export_request(kwargs: dict[str, Any], verify: bool, who: str) -> None:
+    """Import what an export with these ``torch.onnx.export`` keyword arguments needs, or raise
+    `MissingDependencyError` naming the module and the ``pip install`` line; then raise `UnsupportedOpsetError`
+    if ``opset_version`` is outside what the chosen exporter writes."""
+    dynamo = kwargs.get("dynamo", True) is not False
+    asked = "with dynamo=True (the default)" if dynamo else "with dynamo=False"
+    require("onnx", f"{who} {asked}")
+    if dynamo:
+        require("onnxscript", f"{who} {asked}")
+    if verify:
+        require("onnxruntime", f"{who} with verify=True (pass verify=False, or --no-verify, to export unverified)")
     opset = kwargs.get("opset_version")
     if opset is None:
         return
-    dynamo = kwargs.get("dynamo", True) is not False
     lowest, highest = supported_opsets(dynamo)
     if lowest <= opset <= highest:
         return
