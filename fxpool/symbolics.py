@@ -9,11 +9,9 @@ input's spatial sizes, that is the :class:`~fxpool.steps.PoolPlan` a converted m
 lowered step by step (AveragePool, GlobalAveragePool/ReduceMean, stride-1 AveragePools with a
 Gather, one Slice and ReduceMean per window, Pad+Gather+Mul for long axes; nearest upsampling as a
 Gather), so eager and export-time pools follow the same rules. An output of 1 on every axis is
-GlobalAveragePool at any size. Any other axis of dynamic length gets its windows' positions built in
-the graph from the runtime length (:func:`_runtime_windows`: Shape, Gather of one index, Range, Mul,
-Add, Div, Less), gathered as an ``(out, ceil(L/out) + 1)`` block, then Where, ReduceSum and Div, so a
-graph exported with dynamic spatial axes is exact at every size, in work and memory linear in it.
-Every form sums only a window's entries: a NaN or an infinity stays in its windows. Half and bfloat16
+GlobalAveragePool at any size. Any other axis of dynamic length is pooled from window positions built
+in the graph from the runtime length (:func:`_lower_dynamic`), so a graph exported with dynamic spatial
+axes is exact at every size. Every form sums only a window's entries: a NaN or an infinity stays in its windows. Half and bfloat16
 are computed in float32 and rounded once, as the native pool does.
 """
 
@@ -138,8 +136,7 @@ def _lower(ops: _Ops, x: Any, sizes: Sequence[Any], requested: Any, dims: int, d
     ``sizes`` is ``x``'s shape as the exporter knows it, ``None`` for an axis of dynamic length.
     ``requested`` holds ints, ``None`` (the input's own length) or, where the exporter computes
     the output size in the graph (an interpolate ``scale_factor`` over a dynamic axis), that
-    int64 scalar. Half and bfloat16 are computed in float32 and rounded once, as the native pool
-    and fxpool's replacements do.
+    int64 scalar.
     """
     if not sizes or len(sizes) < dims:
         raise ValueError(
