@@ -128,6 +128,8 @@ _AXES_INPUT_SINCE = {"ReduceMean": 18, "ReduceSum": 13, "Squeeze": 13, "Unsqueez
 # onnx.TensorProto's element types, without importing onnx where the TorchScript exporter runs.
 _ONNX_DTYPES = {torch.float32: 1, torch.int64: 7, torch.bool: 9, torch.float16: 10, torch.float64: 11, torch.bfloat16: 16}
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
+# The element types other than float32 that _lower tells apart, by the exporters' names upper-cased ("Half", "FLOAT16").
+_DTYPE_NAMES = {"DOUBLE": torch.float64, "HALF": torch.float16, "FLOAT16": torch.float16, "BFLOAT16": torch.bfloat16}
 
 
 def _lower(ops: _Ops, x: Any, sizes: Sequence[Any], requested: Any, dims: int, dtype: torch.dtype) -> Any:
@@ -313,20 +315,16 @@ def _torchscript_dtype(x: Any) -> torch.dtype:
         name = x.type().scalarType()
     except RuntimeError:  # no tensor type recorded
         name = None
-    return {"Double": torch.float64, "Half": torch.float16, "BFloat16": torch.bfloat16}.get(name, torch.float32)
+    return _DTYPE_NAMES.get(str(name).upper(), torch.float32)
 
 
 def _translation(dims: int) -> Callable[..., Any]:
     def translation(x: Any, output_size: Sequence[int]) -> Any:
         sizes = [d if isinstance(d, int) else None for d in x.shape] if x.shape is not None else []
-        return _lower(_OnnxScriptOps(), x, sizes, list(output_size), dims, _onnxscript_dtype(x))
+        dtype = _DTYPE_NAMES.get(getattr(x.dtype, "name", ""), torch.float32)
+        return _lower(_OnnxScriptOps(), x, sizes, list(output_size), dims, dtype)
 
     return translation
-
-
-def _onnxscript_dtype(x: Any) -> torch.dtype:
-    names = {"DOUBLE": torch.float64, "FLOAT16": torch.float16, "BFLOAT16": torch.bfloat16}
-    return names.get(getattr(x.dtype, "name", ""), torch.float32)
 
 
 def dynamo_translation_table() -> dict[Any, Callable[..., Any]]:
@@ -351,17 +349,14 @@ def exporter_translations() -> Iterator[None]:
     Re-entrant: only the outermost block registers and unregisters.
     """
     global _active
-    registered = []
+    _active += 1
     try:
-        if _active == 0:
+        if _active == 1:
             for dims, name in _OPS.items():
                 torch.onnx.register_custom_op_symbolic(name, _symbolic(dims), _OPSET)
-                registered.append(name)
-        _active += 1
-        try:
-            yield
-        finally:
-            _active -= 1
+        yield
     finally:
-        for name in registered:
-            torch.onnx.unregister_custom_op_symbolic(name, _OPSET)
+        _active -= 1
+        if _active == 0:
+            for name in _OPS.values():
+                torch.onnx.unregister_custom_op_symbolic(name, _OPSET)
