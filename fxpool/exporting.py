@@ -205,13 +205,11 @@ def _export_file(
             f"full? Nothing was moved into place"
         ) from error
     check_written_opset(path, kwargs.get("opset_version"))
-    nodes = pool_nodes(path, converted)
+    result = ExportResult(path, report_of(converted), histogram, None, None, pool_nodes=pool_nodes(path, converted))
     if not verify:
-        return ExportResult(path, report_of(converted), histogram, None, None, pool_nodes=nodes)
-    verification = verify_onnx(path, reference, example, rtol=rtol, atol=atol)
-    return ExportResult(
-        path, report_of(converted), histogram, verification.max_abs_error, verification.max_rel_error, verification.how, nodes
-    )
+        return result
+    checked = verify_onnx(path, reference, example, rtol=rtol, atol=atol)
+    return replace(result, max_abs_error=checked.max_abs_error, max_rel_error=checked.max_rel_error, verified=checked.how)
 
 
 def _write_failure(error: BaseException) -> str | None:
@@ -240,10 +238,8 @@ def pool_nodes(path: str, converted: nn.Module | ExportedProgram) -> dict[str, t
     found: dict[str, list[str]] = {}
     for node in onnx.load(path, load_external_data=False).graph.node:
         scopes = next((p.value for p in node.metadata_props if p.key == "pkg.torch.onnx.name_scopes"), None)
-        if scopes is not None:
-            parts = [part for part in ast.literal_eval(scopes)[:-1] if part]
-        else:
-            parts = [part for part in node.name.split("/")[:-1] if part]
+        scope = ast.literal_eval(scopes) if scopes is not None else node.name.split("/")
+        parts = [part for part in scope[:-1] if part]
         for end in range(len(parts), 0, -1):
             location = modules.get(".".join(parts[:end]))
             if location is not None:
