@@ -344,10 +344,7 @@ _active = 0  # nesting depth: fxpool.export inside onnx_export_hook enters twice
 
 @contextmanager
 def exporter_translations() -> Iterator[None]:
-    """Register fxpool's TorchScript-exporter symbolics for adaptive average pooling, then remove them.
-
-    Re-entrant: only the outermost block registers and unregisters.
-    """
+    """Register fxpool's TorchScript-exporter symbolics for adaptive average pooling while inside (re-entrant)."""
     global _active
     _active += 1
     try:
