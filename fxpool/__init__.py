@@ -13,27 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-# Each public name, and the module that defines it.
+# Each public name, and the module that defines it; every public error and warning type is in `errors`.
 _HOME = {
     "ConversionReport": "report",
-    "ExampleInputError": "errors",
-    "ExportFailedError": "errors",
     "ExportResult": "exporting",
-    "ExportVerificationError": "errors",
-    "FxpoolError": "errors",
-    "FxpoolWarning": "errors",
-    "MissingDependencyError": "errors",
-    "OutputFileError": "errors",
-    "PoolCallError": "errors",
     "PoolRecord": "report",
     "SelfCheck": "checking",
-    "SelfCheckError": "errors",
-    "SpatialSizeError": "errors",
-    "SpecialisedArgumentError": "errors",
-    "UnconvertedPoolError": "errors",
-    "UnconvertedPoolWarning": "errors",
-    "UnsupportedModelError": "errors",
-    "UnsupportedOpsetError": "errors",
     "convert": "convert",
     "explain": "convert",
     "export": "exporting",
@@ -95,7 +80,7 @@ else:
 
     def __getattr__(name: str) -> Any:
         """A public name, imported from its module on first use; else a submodule (``fxpool.errors``)."""
-        home = _HOME.get(name)
+        home = _HOME.get(name) or ("errors" if name in __all__ and name.endswith(("Error", "Warning")) else None)
         if home is not None:
             value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
             if name != "convert":  # the function `convert` is a property of the package (below)

@@ -183,9 +183,8 @@ def _exit_code(error: BaseException) -> int | None:
     from .errors import ExampleInputError, FxpoolError, MissingDependencyError, UnsupportedOpsetError
     from .loading import ModelSpecError
 
-    if isinstance(error, (UsageError, argparse.ArgumentTypeError, ModelSpecError, ExampleInputError, MissingDependencyError)):
-        return EXIT_USAGE
-    if isinstance(error, (UnsupportedOpsetError, OSError)):  # OSError: an output path that cannot be written
+    fixable = (UsageError, argparse.ArgumentTypeError, ModelSpecError, ExampleInputError, MissingDependencyError)
+    if isinstance(error, (*fixable, UnsupportedOpsetError, OSError)):  # OSError: an output path that cannot be written
         return EXIT_USAGE
     return EXIT_MODEL_FAILED if isinstance(error, FxpoolError) else None
 
@@ -219,7 +218,8 @@ def _device(text: str) -> Any:
 def _run(args: argparse.Namespace) -> int:
     import torch
 
-    from .convert import explain
+    from .convert import enforce_strict, explain
+    from .errors import FxpoolError
     from .exporting import export
     from .loading import load_model
     from .writing import check_output_path
@@ -245,7 +245,12 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.command != "export":
         report = explain(model, example, dynamic=args.dynamic_hw)
-        refused = _strict_refusal(report, args.strict)
+        refused = None
+        if args.strict:  # the FxpoolError strict=True would raise
+            try:
+                enforce_strict(report, for_export=False)
+            except FxpoolError as error:
+                refused = error
         code = EXIT_OK if refused is None else EXIT_MODEL_FAILED
         if args.json:
             _print_json(args.command, code, refused, weights=loaded.weights, report=report.to_dict())
@@ -296,19 +301,6 @@ def _wrapped(text: str) -> str:
     import textwrap
 
     return textwrap.fill(text, width=100, subsequent_indent="  ", break_on_hyphens=False)
-
-
-def _strict_refusal(report: Any, strict: bool) -> Exception | None:
-    """Why ``--strict`` refuses this conversion (the ``FxpoolError`` ``strict=True`` would raise), or None."""
-    from .convert import enforce_strict
-    from .errors import FxpoolError
-
-    if strict:
-        try:
-            enforce_strict(report, for_export=False)
-        except FxpoolError as error:
-            return error
-    return None
 
 
 def _refuse_program_options(args: argparse.Namespace) -> None:

@@ -64,9 +64,8 @@ class UnconvertedPoolWarning(FxpoolWarning):
     """A non-strict ``convert`` left an adaptive pool to PyTorch, or its self-check undid a replacement."""
 
 
-# The extra of fxpool that brings each optional module, and the packages that extra installs: the packages
-# are what the message names, since fxpool itself may not be on the user's package index.
-EXTRA_OF = {"onnx": "onnx", "onnxruntime": "onnx", "onnxscript": "onnx", "torchvision": "zoo"}
+# The extras of fxpool that bring optional modules, and the packages each installs: the packages are what
+# the message names, since fxpool itself may not be on the user's package index.
 EXTRA_PACKAGES = {"onnx": ("onnx", "onnxruntime", "onnxscript"), "zoo": ("torchvision", "onnx", "onnxruntime", "onnxscript")}
 
 
@@ -78,7 +77,7 @@ def require(module: str, needed_by: str) -> None:
     try:
         importlib.import_module(module)
     except ImportError as error:
-        extra = EXTRA_OF.get(module)
+        extra = next((name for name, packages in EXTRA_PACKAGES.items() if module in packages), None)
         packages = " ".join(EXTRA_PACKAGES[extra]) if extra else module
         where = f' (the packages of fxpool\'s "{extra}" extra; from a checkout: pip install ".[{extra}]")' if extra else ""
         raise MissingDependencyError(

@@ -100,8 +100,7 @@ def export(
     one raises `MissingDependencyError` with the ``pip install`` line) and ``opset_version`` is checked
     against what the chosen exporter writes (`UnsupportedOpsetError`; see `supported_opsets`).
     """
-    require_export_dependencies(kwargs, verify, "fxpool.export")
-    check_opset(kwargs)
+    check_export_request(kwargs, verify, "fxpool.export")
     if hasattr(f, "write"):  # a file object, as torch.onnx.export takes: one file, exported and verified, then copied
         if kwargs.get("dynamo", True) is not False:
             kwargs.setdefault("external_data", False)
@@ -206,13 +205,11 @@ def _export_file(
             f"full? Nothing was moved into place"
         ) from error
     check_written_opset(path, kwargs.get("opset_version"))
-    nodes = pool_nodes(path, converted)
+    result = ExportResult(path, report_of(converted), histogram, None, None, pool_nodes=pool_nodes(path, converted))
     if not verify:
-        return ExportResult(path, report_of(converted), histogram, None, None, pool_nodes=nodes)
-    verification = verify_onnx(path, reference, example, rtol=rtol, atol=atol)
-    return ExportResult(
-        path, report_of(converted), histogram, verification.max_abs_error, verification.max_rel_error, verification.how, nodes
-    )
+        return result
+    checked = verify_onnx(path, reference, example, rtol=rtol, atol=atol)
+    return replace(result, max_abs_error=checked.max_abs_error, max_rel_error=checked.max_rel_error, verified=checked.how)
 
 
 def _write_failure(error: BaseException) -> str | None:
@@ -241,10 +238,8 @@ def pool_nodes(path: str, converted: nn.Module | ExportedProgram) -> dict[str, t
     found: dict[str, list[str]] = {}
     for node in onnx.load(path, load_external_data=False).graph.node:
         scopes = next((p.value for p in node.metadata_props if p.key == "pkg.torch.onnx.name_scopes"), None)
-        if scopes is not None:
-            parts = [part for part in ast.literal_eval(scopes)[:-1] if part]
-        else:
-            parts = [part for part in node.name.split("/")[:-1] if part]
+        scope = ast.literal_eval(scopes) if scopes is not None else node.name.split("/")
+        parts = [part for part in scope[:-1] if part]
         for end in range(len(parts), 0, -1):
             location = modules.get(".".join(parts[:end]))
             if location is not None:
@@ -256,7 +251,7 @@ def pool_nodes(path: str, converted: nn.Module | ExportedProgram) -> dict[str, t
 # Loggers the exporters warn through on every successful export ("torchvision is not installed. Skipping ...").
 _EXPORTER_LOGGERS = ("torch.onnx", "torch.export", "torch._export", "onnxscript")
 # Exporter log lines that say the exporter did other than it was asked: these reach the caller as warnings.
-_CHANGES_THE_REQUEST = (re.compile(r"operator set version|opset version", re.IGNORECASE),)
+_CHANGES_THE_REQUEST = re.compile(r"operator set version|opset version", re.IGNORECASE)
 exporter_log = logging.getLogger("fxpool.exporters")
 
 
@@ -266,7 +261,7 @@ class _Relay(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
         exporter_log.debug("%s: %s: %s", record.name, record.levelname, message)
-        if record.levelno >= logging.WARNING and any(pattern.search(message) for pattern in _CHANGES_THE_REQUEST):
+        if record.levelno >= logging.WARNING and _CHANGES_THE_REQUEST.search(message):
             warnings.warn(f"the exporter ({record.name}) says: {message}", FxpoolWarning, stacklevel=2)
 
 
@@ -285,18 +280,6 @@ def _exporter_logs_to_fxpool(names: tuple[str, ...]) -> Iterator[None]:
         for logger, (propagate, handlers) in zip(loggers, saved):
             logger.propagate = propagate
             logger.handlers = handlers
-
-
-def require_export_dependencies(kwargs: dict[str, Any], verify: bool, who: str) -> None:
-    """Import what an export with these ``torch.onnx.export`` keyword arguments needs, or raise
-    `MissingDependencyError` naming the module and the ``pip install`` line."""
-    dynamo = kwargs.get("dynamo", True) is not False
-    exporter = "with dynamo=True (the default)" if dynamo else "with dynamo=False"
-    require("onnx", f"{who} {exporter}")
-    if dynamo:
-        require("onnxscript", f"{who} {exporter}")
-    if verify:
-        require("onnxruntime", f"{who} with verify=True (pass verify=False, or --no-verify, to export unverified)")
 
 
 def supported_opsets(dynamo: bool) -> tuple[int, int]:
@@ -318,12 +301,20 @@ def supported_opsets(dynamo: bool) -> tuple[int, int]:
     return lowest, onnx.defs.onnx_opset_version()
 
 
-def check_opset(kwargs: dict[str, Any]) -> None:
-    """Raise `UnsupportedOpsetError` if ``kwargs["opset_version"]`` is outside what the chosen exporter writes."""
+def check_export_request(kwargs: dict[str, Any], verify: bool, who: str) -> None:
+    """Import what an export with these ``torch.onnx.export`` keyword arguments needs, or raise
+    `MissingDependencyError` naming the module and the ``pip install`` line; then raise `UnsupportedOpsetError`
+    if ``opset_version`` is outside what the chosen exporter writes."""
+    dynamo = kwargs.get("dynamo", True) is not False
+    asked = "with dynamo=True (the default)" if dynamo else "with dynamo=False"
+    require("onnx", f"{who} {asked}")
+    if dynamo:
+        require("onnxscript", f"{who} {asked}")
+    if verify:
+        require("onnxruntime", f"{who} with verify=True (pass verify=False, or --no-verify, to export unverified)")
     opset = kwargs.get("opset_version")
     if opset is None:
         return
-    dynamo = kwargs.get("dynamo", True) is not False
     lowest, highest = supported_opsets(dynamo)
     if lowest <= opset <= highest:
         return

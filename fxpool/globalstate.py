@@ -89,10 +89,8 @@ def _forget_in_dynamo(stand_in: Callable[[], bool]) -> None:
         ("torch._dynamo.trace_rules", "get_torch_obj_rule_map"),
         ("torch._dynamo.variables.torch", "tracing_state_functions"),
     ):
-        cached = getattr(sys.modules.get(module), table, None)
-        if cached is None or not hasattr(cached, "cache_info") or not cached.cache_info().currsize:
-            continue
-        if stand_in in cached():  # both tables are dicts keyed by the function: one lookup
+        cached: Any = getattr(sys.modules.get(module), table, None)
+        if hasattr(cached, "cache_info") and cached.cache_info().currsize and stand_in in cached():  # dicts keyed by function
             cached.cache_clear()
 
 

@@ -17,12 +17,11 @@ from torch import nn
 from .errors import ExportFailedError, FxpoolError
 from .example import read_example
 from .exporting import (
-    check_opset,
+    check_export_request,
     convert_for_export,
     export_failure,
     export_with_translations,
     refuse_dynamic_spatial_axes_for,
-    require_export_dependencies,
 )
 from .globalstate import export_handler
 from .report import REPORT_ATTRIBUTE, ConversionReport
@@ -47,8 +46,7 @@ def _hooked_export(
     """``torch.onnx.export`` in a thread inside a hook: convert, then export with fxpool's translations.
 
     The hook's options are positional-only, so an exporter keyword of the same name stays in ``kwargs``."""
-    require_export_dependencies(kwargs, False, "torch.onnx.export under fxpool.onnx_export_hook")
-    check_opset(kwargs)
+    check_export_request(kwargs, False, "torch.onnx.export under fxpool.onnx_export_hook")
     if isinstance(model, nn.Module) and not hasattr(model, REPORT_ATTRIBUTE):
         model = convert_for_export(model, read_example(args, kwargs.get("kwargs")), dynamic, strict)
     report = getattr(model, REPORT_ATTRIBUTE, None)

@@ -13,7 +13,6 @@ call, and a module below with a table of its own intercepts its calls first.
 from __future__ import annotations
 
 import inspect
-import os
 import sys
 import types
 from collections.abc import Callable
@@ -25,10 +24,8 @@ from torch.overrides import TorchFunctionMode
 
 from .calls import PoolCall, describe_function, is_pool_function
 from .errors import PoolCallError, SpatialSizeError
+from .recording import _FXPOOL_DIR, _TORCH_DIR
 from .sizechecks import static_size
-
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep  # with the separator: torchvision is not torch
-_FXPOOL_DIR = os.path.dirname(__file__) + os.sep
 
 CALLS_ATTRIBUTE = "fxpool_calls"  # the submodule holding the table of a module whose forward is intercepted
 
@@ -189,12 +186,6 @@ def intercept(owner: nn.Module, calls: PoolCalls) -> None:
     """Make ``owner`` run its forward with ``calls`` intercepted (``owner`` is a copy fxpool owns)."""
     owner._modules[CALLS_ATTRIBUTE] = calls
     owner.__dict__["forward"] = InterceptingForward(owner, calls)
-
-
-def intercepted_calls(module: nn.Module) -> PoolCalls | None:
-    """The table of a module whose forward is intercepted, or None."""
-    forward = module.__dict__.get("forward")
-    return forward.calls if isinstance(forward, InterceptingForward) else None
 
 
 def _called_by_fxpool() -> bool:

@@ -72,7 +72,11 @@ def load_model(spec: str, *, weights: str | None = None, pretrained: bool = Fals
     """
     if spec.endswith((".pt2", ".pt")):
         _refuse_weights_for(spec, weights, pretrained, "a model file carries its own weights")
-        return LoadedModel(load_model_file(spec, trust_file=trust_file), "the file's")
+        if not Path(spec).is_file():
+            raise ModelSpecError(f"model spec {spec!r}: no file {spec}")
+        data = Path(spec).read_bytes()  # checked and loaded from the same bytes: the file cannot change in between
+        load = _load_program if spec.endswith(".pt2") else _load_pickled_model
+        return LoadedModel(load(spec, data, trust_file), "the file's")
     source, sep, name = spec.partition(":") if spec.startswith(("hf:", "timm:", "torchvision:")) else spec.rpartition(":")
     if not sep or not source or not name:
         raise ModelSpecError(f"model spec {spec!r}: expected one of {SPEC_FORMS}")
@@ -243,18 +247,6 @@ def _on_path(folder: Path) -> Any:
     finally:
         if added and entry in sys.path:
             sys.path.remove(entry)
-
-
-def load_model_file(spec: str, *, trust_file: bool = False) -> nn.Module | ExportedProgram:
-    """``FILE.pt2`` by ``torch.export.load`` once its pickles pass the weights-only check (or ``trust_file``);
-    ``FILE.pt`` by ``torch.load(weights_only=True)``, or ``weights_only=False`` with ``trust_file``."""
-    path = Path(spec)
-    if not path.is_file():
-        raise ModelSpecError(f"model spec {spec!r}: no file {spec}")
-    data = path.read_bytes()  # checked and loaded from the same bytes: the file cannot change in between
-    if spec.endswith(".pt2"):
-        return _load_program(spec, data, trust_file)
-    return _load_pickled_model(spec, data, trust_file)
 
 
 def _load_program(spec: str, data: bytes, trust_file: bool) -> ExportedProgram:

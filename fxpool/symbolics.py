@@ -9,16 +9,15 @@ input's spatial sizes, that is the :class:`~fxpool.steps.PoolPlan` a converted m
 lowered step by step (AveragePool, GlobalAveragePool/ReduceMean, stride-1 AveragePools with a
 Gather, one Slice and ReduceMean per window, Pad+Gather+Mul for long axes; nearest upsampling as a
 Gather), so eager and export-time pools follow the same rules. An output of 1 on every axis is
-GlobalAveragePool at any size. Any other axis of dynamic length gets its windows' positions built in
-the graph from the runtime length (:func:`_runtime_windows`: Shape, Gather of one index, Range, Mul,
-Add, Div, Less), gathered as an ``(out, ceil(L/out) + 1)`` block, then Where, ReduceSum and Div, so a
-graph exported with dynamic spatial axes is exact at every size, in work and memory linear in it.
-Every form sums only a window's entries: a NaN or an infinity stays in its windows. Half and bfloat16
+GlobalAveragePool at any size. Any other axis of dynamic length is pooled from window positions built
+in the graph from the runtime length (:func:`_lower_dynamic`), so a graph exported with dynamic spatial
+axes is exact at every size. Every form sums only a window's entries: a NaN or an infinity stays in its windows. Half and bfloat16
 are computed in float32 and rounded once, as the native pool does.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -43,178 +42,103 @@ _OPSET = 9
 _OPS = {1: "aten::adaptive_avg_pool1d", 2: "aten::adaptive_avg_pool2d", 3: "aten::adaptive_avg_pool3d"}
 
 
-class _TorchScriptOps:
-    """The ONNX ops :func:`_lower` needs, in the TorchScript exporter's graph builder.
+class _Ops:
+    """The ONNX ops :func:`_lower` builds, spelled for the opset being exported: the TorchScript exporter's
+    symbolic is registered from opset 9 on, and ops whose attributes became inputs (Slice in 10, Pad in 11, the
+    axes of `_AXES_INPUT_SINCE`) take them as constants from then on."""
 
-    The symbolic is registered from opset 9 on; ops whose attributes became inputs (ReduceMean in
-    18, Pad in 11, Squeeze/Unsqueeze in 13) are spelled for the opset being exported.
-    """
+    opset = 18
 
-    def __init__(self, g: Any) -> None:
-        self.g = g
-        self.opset: int = getattr(g, "opset", _OPSET)
+    def op(self, name: str, *inputs: Any, **attributes: Any) -> Any:
+        raise NotImplementedError
 
-    def global_average_pool(self, x: Any) -> Any:
-        return self.g.op("GlobalAveragePool", x)
+    def constant(self, value: torch.Tensor) -> Any:
+        raise NotImplementedError
 
-    def average_pool(self, x: Any, kernel: list[int], strides: list[int]) -> Any:
-        return self.g.op("AveragePool", x, kernel_shape_i=kernel, strides_i=strides)
-
-    def reduce_mean(self, x: Any, axes: list[int]) -> Any:
-        if self.opset >= 18:
-            return self.g.op("ReduceMean", x, self.constant(torch.tensor(axes)), keepdims_i=1)
-        return self.g.op("ReduceMean", x, axes_i=axes, keepdims_i=1)
+    def with_axes(self, name: str, x: Any, axes: list[int], **attributes: Any) -> Any:
+        """``name`` over ``axes`` of ``x``: an attribute before opset ``_AXES_INPUT_SINCE[name]``, an input from it on."""
+        if self.opset >= _AXES_INPUT_SINCE[name]:
+            return self.op(name, x, self.constant(torch.tensor(axes)), **attributes)
+        return self.op(name, x, axes=axes, **attributes)
 
     def slice(self, x: Any, start: int, end: int, axis: int) -> Any:
         if self.opset >= 10:
-            values = [self.constant(torch.tensor([v])) for v in (start, end, axis)]
-            return self.g.op("Slice", x, *values)
-        return self.g.op("Slice", x, starts_i=[start], ends_i=[end], axes_i=[axis])
-
-    def concat(self, xs: list[Any], axis: int) -> Any:
-        return self.g.op("Concat", *xs, axis_i=axis)
-
-    def unsqueeze(self, x: Any, axis: int) -> Any:
-        if self.opset >= 13:
-            return self.g.op("Unsqueeze", x, self.constant(torch.tensor([axis])))
-        return self.g.op("Unsqueeze", x, axes_i=[axis])
-
-    def reduce_sum(self, x: Any, axis: int) -> Any:
-        if self.opset >= 13:
-            return self.g.op("ReduceSum", x, self.constant(torch.tensor([axis])), keepdims_i=0)
-        return self.g.op("ReduceSum", x, axes_i=[axis], keepdims_i=0)
-
-    def where(self, condition: Any, a: Any, b: Any) -> Any:
-        return self.g.op("Where", condition, a, b)
-
-    def constant(self, value: torch.Tensor) -> Any:
-        return self.g.op("Constant", value_t=value)
-
-    def size(self, x: Any, axis: int) -> Any:
-        """The length of axis ``axis`` of ``x``, an int64 scalar."""
-        return self.g.op("Gather", self.g.op("Shape", x), self.constant(torch.tensor(axis)), axis_i=0)
-
-    def arange(self, length: Any) -> Any:
-        return self.g.op("Range", self.constant(torch.tensor(0)), length, self.constant(torch.tensor(1)))
-
-    def binary(self, name: str, a: Any, b: Any) -> Any:
-        return self.g.op(name, a, b)
-
-    def reshape(self, x: Any, shape: list[int]) -> Any:
-        return self.g.op("Reshape", x, self.constant(torch.tensor(shape)))
-
-    def cast(self, x: Any, dtype: torch.dtype) -> Any:
-        return self.g.op("Cast", x, to_i=_ONNX_DTYPES[dtype])
-
-    def gather(self, x: Any, indices: torch.Tensor, axis: int) -> Any:
-        return self.g.op("Gather", x, self.constant(indices), axis_i=axis)
-
-    def gather_at(self, x: Any, indices: Any, axis: int) -> Any:
-        """``x`` at indices computed in the graph."""
-        return self.g.op("Gather", x, indices, axis_i=axis)
+            return self.op("Slice", x, *[self.constant(torch.tensor([v])) for v in (start, end, axis)])
+        return self.op("Slice", x, starts=[start], ends=[end], axes=[axis])
 
     def pad_end(self, x: Any, axis: int, rank: int) -> Any:
         """One zero appended to axis ``axis``."""
         pads = [0] * (2 * rank)
         pads[rank + axis] = 1
         if self.opset >= 11:
-            return self.g.op("Pad", x, self.constant(torch.tensor(pads)), mode_s="constant")
-        return self.g.op("Pad", x, pads_i=pads, mode_s="constant", value_f=0.0)
+            return self.op("Pad", x, self.constant(torch.tensor(pads)), mode="constant")
+        return self.op("Pad", x, pads=pads, mode="constant", value=0.0)
 
-    def unsqueeze_batch(self, x: Any) -> Any:
-        if self.opset >= 13:
-            return self.g.op("Unsqueeze", x, self.constant(torch.tensor([0])))
-        return self.g.op("Unsqueeze", x, axes_i=[0])
+    def size(self, x: Any, axis: int) -> Any:
+        """The length of axis ``axis`` of ``x``, an int64 scalar."""
+        return self.op("Gather", self.op("Shape", x), self.constant(torch.tensor(axis)), axis=0)
 
-    def squeeze_batch(self, x: Any) -> Any:
-        if self.opset >= 13:
-            return self.g.op("Squeeze", x, self.constant(torch.tensor([0])))
-        return self.g.op("Squeeze", x, axes_i=[0])
+    def arange(self, length: Any) -> Any:
+        return self.op("Range", self.constant(torch.tensor(0)), length, self.constant(torch.tensor(1)))
+
+    def reshape(self, x: Any, shape: list[int]) -> Any:
+        return self.op("Reshape", x, self.constant(torch.tensor(shape)))
+
+    def cast(self, x: Any, dtype: torch.dtype) -> Any:
+        return self.op("Cast", x, to=_ONNX_DTYPES[dtype])
+
+    def gather(self, x: Any, indices: torch.Tensor, axis: int) -> Any:
+        return self.op("Gather", x, self.constant(indices), axis=axis)
 
 
-class _OnnxScriptOps:
-    """The same ops in onnxscript (opset 18 spellings), for the dynamo exporter's custom translations."""
+class _TorchScriptOps(_Ops):
+    """In the TorchScript exporter's graph builder, whose attribute names end in their type (``axis_i``)."""
+
+    def __init__(self, g: Any) -> None:
+        self.g = g
+        self.opset = getattr(g, "opset", _OPSET)
+
+    def op(self, name: str, *inputs: Any, **attributes: Any) -> Any:
+        kinds = {str: "s", float: "f", torch.Tensor: "t"}
+        return self.g.op(name, *inputs, **{f"{key}_{kinds.get(type(v), 'i')}": v for key, v in attributes.items()})
+
+    def constant(self, value: torch.Tensor) -> Any:
+        return self.op("Constant", value=value)
+
+
+class _OnnxScriptOps(_Ops):
+    """In onnxscript (opset 18), for the dynamo exporter's custom translations."""
 
     def __init__(self) -> None:
         from onnxscript import opset18
 
-        self.op = opset18
+        self.onnx = opset18
 
-    def global_average_pool(self, x: Any) -> Any:
-        return self.op.GlobalAveragePool(x)
-
-    def average_pool(self, x: Any, kernel: list[int], strides: list[int]) -> Any:
-        return self.op.AveragePool(x, kernel_shape=kernel, strides=strides)
-
-    def reduce_mean(self, x: Any, axes: list[int]) -> Any:
-        return self.op.ReduceMean(x, self.constant(torch.tensor(axes)), keepdims=1)
-
-    def slice(self, x: Any, start: int, end: int, axis: int) -> Any:
-        return self.op.Slice(x, *[self.constant(torch.tensor([v])) for v in (start, end, axis)])
-
-    def concat(self, xs: list[Any], axis: int) -> Any:
-        return self.op.Concat(*xs, axis=axis)
-
-    def unsqueeze(self, x: Any, axis: int) -> Any:
-        return self.op.Unsqueeze(x, self.constant(torch.tensor([axis])))
-
-    def reduce_sum(self, x: Any, axis: int) -> Any:
-        return self.op.ReduceSum(x, self.constant(torch.tensor([axis])), keepdims=0)
-
-    def where(self, condition: Any, a: Any, b: Any) -> Any:
-        return self.op.Where(condition, a, b)
+    def op(self, name: str, *inputs: Any, **attributes: Any) -> Any:
+        return getattr(self.onnx, name)(*inputs, **attributes)
 
     def constant(self, value: torch.Tensor) -> Any:
         import onnx
 
-        return self.op.Constant(value=onnx.numpy_helper.from_array(value.numpy()))
-
-    def size(self, x: Any, axis: int) -> Any:
-        return self.op.Gather(self.op.Shape(x), self.constant(torch.tensor(axis)), axis=0)
-
-    def arange(self, length: Any) -> Any:
-        return self.op.Range(self.constant(torch.tensor(0)), length, self.constant(torch.tensor(1)))
-
-    def binary(self, name: str, a: Any, b: Any) -> Any:
-        return getattr(self.op, name)(a, b)
-
-    def reshape(self, x: Any, shape: list[int]) -> Any:
-        return self.op.Reshape(x, self.constant(torch.tensor(shape)))
-
-    def cast(self, x: Any, dtype: torch.dtype) -> Any:
-        return self.op.Cast(x, to=_ONNX_DTYPES[dtype])
-
-    def gather(self, x: Any, indices: torch.Tensor, axis: int) -> Any:
-        return self.op.Gather(x, self.constant(indices), axis=axis)
-
-    def gather_at(self, x: Any, indices: Any, axis: int) -> Any:
-        return self.op.Gather(x, indices, axis=axis)
-
-    def pad_end(self, x: Any, axis: int, rank: int) -> Any:
-        pads = [0] * (2 * rank)
-        pads[rank + axis] = 1
-        return self.op.Pad(x, self.constant(torch.tensor(pads)), mode="constant")
-
-    def unsqueeze_batch(self, x: Any) -> Any:
-        return self.op.Unsqueeze(x, self.constant(torch.tensor([0])))
-
-    def squeeze_batch(self, x: Any) -> Any:
-        return self.op.Squeeze(x, self.constant(torch.tensor([0])))
+        return self.op("Constant", value=onnx.numpy_helper.from_array(value.numpy()))
 
 
+# The opset from which each op takes its axes as an input, not an attribute.
+_AXES_INPUT_SINCE = {"ReduceMean": 18, "ReduceSum": 13, "Squeeze": 13, "Unsqueeze": 13}
 # onnx.TensorProto's element types, without importing onnx where the TorchScript exporter runs.
 _ONNX_DTYPES = {torch.float32: 1, torch.int64: 7, torch.bool: 9, torch.float16: 10, torch.float64: 11, torch.bfloat16: 16}
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
+# The element types other than float32 that _lower tells apart, by the exporters' names upper-cased ("Half", "FLOAT16").
+_DTYPE_NAMES = {"DOUBLE": torch.float64, "HALF": torch.float16, "FLOAT16": torch.float16, "BFLOAT16": torch.bfloat16}
 
 
-def _lower(ops: Any, x: Any, sizes: Sequence[Any], requested: Any, dims: int, dtype: torch.dtype) -> Any:
+def _lower(ops: _Ops, x: Any, sizes: Sequence[Any], requested: Any, dims: int, dtype: torch.dtype) -> Any:
     """Exact adaptive average pooling of ``x`` to ``requested`` in portable ONNX.
 
     ``sizes`` is ``x``'s shape as the exporter knows it, ``None`` for an axis of dynamic length.
     ``requested`` holds ints, ``None`` (the input's own length) or, where the exporter computes
     the output size in the graph (an interpolate ``scale_factor`` over a dynamic axis), that
-    int64 scalar. Half and bfloat16 are computed in float32 and rounded once, as the native pool
-    and fxpool's replacements do.
+    int64 scalar.
     """
     if not sizes or len(sizes) < dims:
         raise ValueError(
@@ -236,7 +160,7 @@ def _lower(ops: Any, x: Any, sizes: Sequence[Any], requested: Any, dims: int, dt
     if dtype in _LOW_PRECISION:
         x = ops.cast(x, compute)
     if all(o == 1 for o in out_sizes) and batched:
-        pooled = ops.global_average_pool(x)  # exact at any size
+        pooled = ops.op("GlobalAveragePool", x)  # exact at any size
     elif None not in in_sizes and all(isinstance(o, int) for o in out_sizes):
         plan = choose_plan("avg", in_sizes, out_sizes, tuple(o is None for o in requested))  # type: ignore[arg-type]
         pooled = _lower_plan(ops, x, plan, rank, batched, compute)
@@ -245,36 +169,40 @@ def _lower(ops: Any, x: Any, sizes: Sequence[Any], requested: Any, dims: int, dt
     return ops.cast(pooled, dtype) if dtype in _LOW_PRECISION else pooled
 
 
-def _lower_plan(ops: Any, x: Any, plan: PoolPlan, rank: int, batched: bool, dtype: torch.dtype) -> Any:
+def _lower_plan(ops: _Ops, x: Any, plan: PoolPlan, rank: int, batched: bool, dtype: torch.dtype) -> Any:
     """``plan``'s steps in its order, as a converted model exports them (weights in ``dtype``)."""
     dims = plan.spatial_dims
     if not batched:
-        x, rank = ops.unsqueeze_batch(x), rank + 1
+        x, rank = ops.with_axes("Unsqueeze", x, [0]), rank + 1
     first = rank - dims  # position of the first spatial axis
     for step in plan.steps:
         if isinstance(step, PoolStep):
-            x = ops.average_pool(x, list(step.kernel), list(step.stride))
+            x = ops.op("AveragePool", x, kernel_shape=list(step.kernel), strides=list(step.stride))
         elif isinstance(step, ReduceStep):
-            x = ops.global_average_pool(x) if len(step.axes) == dims else ops.reduce_mean(x, [first + a for a in step.axes])
+            if len(step.axes) == dims:
+                x = ops.op("GlobalAveragePool", x)
+            else:
+                x = ops.with_axes("ReduceMean", x, [first + a for a in step.axes], keepdims=1)
         elif isinstance(step, SlidingWindowStep) and dtype != torch.float64:  # onnxruntime has no float64 AveragePool
             blocks = []
             for length in step.lengths:
                 kernel = [1] * dims
                 kernel[step.axis] = length
-                blocks.append(x if length == 1 else ops.average_pool(x, kernel, [1] * dims))
-            joined = ops.concat(blocks, first + step.axis) if len(blocks) > 1 else blocks[0]
+                blocks.append(x if length == 1 else ops.op("AveragePool", x, kernel_shape=kernel, strides=[1] * dims))
+            joined = ops.op("Concat", *blocks, axis=first + step.axis) if len(blocks) > 1 else blocks[0]
             x = ops.gather(joined, sliding_window_indices(step.in_size, step.out_size, step.lengths), first + step.axis)
         elif isinstance(step, (SlidingWindowStep, WindowSlicesStep)):
             position = first + step.axis
             windows = window_bounds(step.in_size, step.out_size)
-            x = ops.concat([ops.reduce_mean(ops.slice(x, a, b, position), [position]) for a, b in windows], position)
+            means = [ops.with_axes("ReduceMean", ops.slice(x, a, b, position), [position], keepdims=1) for a, b in windows]
+            x = ops.op("Concat", *means, axis=position)
         elif isinstance(step, WindowGatherStep):
             padded = ops.pad_end(x, first + step.axis, rank) if step.zero_padded else x
             indices = window_gather_indices(step.in_size, step.out_size, step.span, step.zero_padded)
             x = ops.gather(padded, indices, first + step.axis)
         elif isinstance(step, WindowScaleStep):
             scales = window_scales(step.in_size, step.out_size, step.span).to(dtype)
-            x = ops.binary("Mul", x, ops.constant(scales.reshape((-1,) + (1,) * (dims - 1 - step.axis))))
+            x = ops.op("Mul", x, ops.constant(scales.reshape((-1,) + (1,) * (dims - 1 - step.axis))))
         elif isinstance(step, UpsampleStep):  # nearest by an integer factor: each position repeated
             for axis, size in enumerate(step.sizes):
                 if size is not None and size != plan.in_sizes[axis]:
@@ -282,10 +210,10 @@ def _lower_plan(ops: Any, x: Any, plan: PoolPlan, rank: int, batched: bool, dtyp
                     x = ops.gather(x, repeated, first + axis)
         else:
             raise TypeError(f"fxpool: an average pool's plan has no ONNX lowering for step {step!r}")
-    return x if batched else ops.squeeze_batch(x)
+    return x if batched else ops.with_axes("Squeeze", x, [0])
 
 
-def _lower_dynamic(ops: Any, x: Any, in_sizes: tuple[int | None, ...], requested: list[Any], rank: int, dtype: torch.dtype) -> Any:
+def _lower_dynamic(ops: _Ops, x: Any, in_sizes: tuple[int | None, ...], requested: list[Any], rank: int, dtype: torch.dtype) -> Any:
     """Per pooled axis, every window's entries gathered from positions built in the graph from the runtime
     length (:func:`_runtime_windows`) into an ``(out, span)`` block, the entries past a window's end
     masked to zero (Where, not a product, so a non-finite entry stays in its windows), summed and divided
@@ -298,15 +226,15 @@ def _lower_dynamic(ops: Any, x: Any, in_sizes: tuple[int | None, ...], requested
         position = rank - dims + axis
         positions, inside, count = _runtime_windows(ops, x, position, o, dtype)  # (out, span), (out, span), (out,)
         for trailing in range(rank - 1 - position):  # the mask broadcasts over the axes after the pooled one
-            inside = ops.unsqueeze(inside, 2 + trailing)
-        windows = ops.gather_at(x, positions, position)  # (..., out, span, ...)
-        selected = ops.where(inside, windows, ops.constant(torch.tensor(0, dtype=dtype)))
-        summed = ops.reduce_sum(selected, position + 1)  # (..., out, ...)
-        x = ops.binary("Div", summed, ops.reshape(count, [-1] + [1] * (rank - 1 - position)))
+            inside = ops.with_axes("Unsqueeze", inside, [2 + trailing])
+        windows = ops.op("Gather", x, positions, axis=position)  # (..., out, span, ...)
+        selected = ops.op("Where", inside, windows, ops.constant(torch.tensor(0, dtype=dtype)))
+        summed = ops.with_axes("ReduceSum", selected, [position + 1], keepdims=0)  # (..., out, ...)
+        x = ops.op("Div", summed, ops.reshape(count, [-1] + [1] * (rank - 1 - position)))
     return x
 
 
-def _runtime_windows(ops: Any, x: Any, position: int, out_size: Any, dtype: torch.dtype) -> tuple[Any, Any, Any]:
+def _runtime_windows(ops: _Ops, x: Any, position: int, out_size: Any, dtype: torch.dtype) -> tuple[Any, Any, Any]:
     """Every window's positions along axis ``position`` of ``x``, ``(out, span)`` with ``span = ceil(L/out) + 1``
     (no window is longer), a window's last repeated past its end; whether each lies inside its window; and
     each window's length, built in the graph.
@@ -314,18 +242,10 @@ def _runtime_windows(ops: Any, x: Any, position: int, out_size: Any, dtype: torc
     Window ``i`` is PyTorch's ``[floor(i*L/out), ceil((i+1)*L/out))``: integer division of non-negative int64s,
     exact. ``out_size`` is an int or an int64 scalar of the graph.
     """
+    add, sub, mul, div = (functools.partial(ops.op, name) for name in ("Add", "Sub", "Mul", "Div"))
 
     def const(value: int) -> Any:
         return ops.constant(torch.tensor(value))
-
-    def add(a: Any, b: Any) -> Any:
-        return ops.binary("Add", a, b)
-
-    def mul(a: Any, b: Any) -> Any:
-        return ops.binary("Mul", a, b)
-
-    def div(a: Any, b: Any) -> Any:
-        return ops.binary("Div", a, b)
 
     length = ops.size(x, position)
     if isinstance(out_size, int):
@@ -333,14 +253,14 @@ def _runtime_windows(ops: Any, x: Any, position: int, out_size: Any, dtype: torc
     else:
         out = ops.cast(out_size, torch.int64)  # the TorchScript exporter may compute it in floats
         i = ops.arange(out)
-    rounding = ops.binary("Sub", out, const(1))
+    rounding = sub(out, const(1))
     start = div(mul(i, length), out)
     end = div(add(mul(add(i, const(1)), length), rounding), out)
     span = add(div(add(length, rounding), out), const(1))
     positions = add(ops.reshape(start, [-1, 1]), ops.reshape(ops.arange(span), [1, -1]))  # (out, span)
-    last = ops.reshape(ops.binary("Sub", end, const(1)), [-1, 1])
-    inside = ops.binary("Less", positions, ops.reshape(end, [-1, 1]))
-    return ops.where(inside, positions, last), inside, ops.cast(ops.binary("Sub", end, start), dtype)
+    last = ops.reshape(sub(end, const(1)), [-1, 1])
+    inside = ops.op("Less", positions, ops.reshape(end, [-1, 1]))
+    return ops.op("Where", inside, positions, last), inside, ops.cast(sub(end, start), dtype)
 
 
 def _symbolic(dims: int) -> Callable[[Any, Any, Any], Any]:
@@ -395,20 +315,16 @@ def _torchscript_dtype(x: Any) -> torch.dtype:
         name = x.type().scalarType()
     except RuntimeError:  # no tensor type recorded
         name = None
-    return {"Double": torch.float64, "Half": torch.float16, "BFloat16": torch.bfloat16}.get(name, torch.float32)
+    return _DTYPE_NAMES.get(str(name).upper(), torch.float32)
 
 
 def _translation(dims: int) -> Callable[..., Any]:
     def translation(x: Any, output_size: Sequence[int]) -> Any:
         sizes = [d if isinstance(d, int) else None for d in x.shape] if x.shape is not None else []
-        return _lower(_OnnxScriptOps(), x, sizes, list(output_size), dims, _onnxscript_dtype(x))
+        dtype = _DTYPE_NAMES.get(getattr(x.dtype, "name", ""), torch.float32)
+        return _lower(_OnnxScriptOps(), x, sizes, list(output_size), dims, dtype)
 
     return translation
-
-
-def _onnxscript_dtype(x: Any) -> torch.dtype:
-    names = {"DOUBLE": torch.float64, "FLOAT16": torch.float16, "BFLOAT16": torch.bfloat16}
-    return names.get(getattr(x.dtype, "name", ""), torch.float32)
 
 
 def dynamo_translation_table() -> dict[Any, Callable[..., Any]]:
@@ -428,22 +344,16 @@ _active = 0  # nesting depth: fxpool.export inside onnx_export_hook enters twice
 
 @contextmanager
 def exporter_translations() -> Iterator[None]:
-    """Register fxpool's TorchScript-exporter symbolics for adaptive average pooling, then remove them.
-
-    Re-entrant: only the outermost block registers and unregisters.
-    """
+    """Register fxpool's TorchScript-exporter symbolics for adaptive average pooling while inside (re-entrant)."""
     global _active
-    registered = []
+    _active += 1
     try:
-        if _active == 0:
+        if _active == 1:
             for dims, name in _OPS.items():
                 torch.onnx.register_custom_op_symbolic(name, _symbolic(dims), _OPSET)
-                registered.append(name)
-        _active += 1
-        try:
-            yield
-        finally:
-            _active -= 1
+        yield
     finally:
-        for name in registered:
-            torch.onnx.unregister_custom_op_symbolic(name, _OPSET)
+        _active -= 1
+        if _active == 0:
+            for name in _OPS.values():
+                torch.onnx.unregister_custom_op_symbolic(name, _OPSET)

@@ -22,7 +22,7 @@ from torch import nn
 from torch.utils._pytree import tree_leaves, tree_map
 
 from .copying import structural_copy
-from .errors import ExportVerificationError, require
+from .errors import ExportVerificationError, error_summary, require
 from .example import Example, example_run, read_example
 from .globalstate import LOCK
 
@@ -57,23 +57,21 @@ def op_histogram(path: str) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def onnxruntime_session(path: str, providers: list[str] | None = None) -> Any:
-    """An onnxruntime ``InferenceSession`` on the graph at ``path`` (CPU unless ``providers`` say otherwise)."""
+def onnxruntime_session(path: str) -> Any:
+    """An onnxruntime ``InferenceSession`` on the graph at ``path``, on the CPU."""
     import onnxruntime
 
-    return onnxruntime.InferenceSession(path, providers=providers or ["CPUExecutionProvider"])
+    return onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
 
 
-def run_onnxruntime(
-    path: str, example_input: Any, providers: list[str] | None = None, *, forward: Callable[..., Any] | None = None
-) -> list[Any]:
+def run_onnxruntime(path: str, example_input: Any, *, forward: Callable[..., Any] | None = None) -> list[Any]:
     """Outputs of the ONNX graph at ``path`` on the tensors of ``example_input`` (read as ``convert`` reads it).
 
     Graph inputs are fed by name where every one is named after a tensor argument of ``forward`` (the
     exporters' naming), else in order, keyword arguments in ``forward``'s parameter order.
     """
     example = read_example(example_input)
-    session = onnxruntime_session(path, providers)
+    session = onnxruntime_session(path)
     names = [i.name for i in session.get_inputs()]
     named = example.tensors_in_signature_order(forward) if forward is not None else [("", t) for t in example.tensors()]
     if forward is not None and len(named) != len(names):
@@ -118,7 +116,7 @@ def verify_onnx(path: str, model: nn.Module, example_input: Any, *, rtol: float 
         low = _low_precision_types(path)
         if not low:
             raise ExportVerificationError(f"the exported graph does not load or run: {error}") from error
-        why = f"onnxruntime's CPU provider cannot run the {' and '.join(low)} graph ({_first_line(error)})"
+        why = f"onnxruntime's CPU provider cannot run the {' and '.join(low)} graph ({error_summary(error)})"
         return _verify_float32_copy(path, model, example, rtol, atol, why)
     abs_error, rel_error = _compare(outputs, _expected(model, example), rtol, atol)
     return Verification(abs_error, rel_error, "onnxruntime (CPU) on the graph as exported, against the model")
@@ -136,7 +134,7 @@ def _verify_float32_copy(path: str, model: nn.Module, example: Example, rtol: fl
         try:
             outputs = run_onnxruntime(copy_path, example32, forward=model32.forward)
         except Exception as error:
-            raise ExportVerificationError(f"{why}, and its float32 copy does not run either: {_first_line(error)}") from error
+            raise ExportVerificationError(f"{why}, and its float32 copy does not run either: {error_summary(error)}") from error
     abs_error, rel_error = _compare(outputs, _expected(model32, example32), rtol, atol)
     return Verification(abs_error, rel_error, f"a float32 copy of the graph against a float32 copy of the model: {why}")
 
@@ -229,8 +227,3 @@ def _compare(outputs: list[Any], expected: list[torch.Tensor], rtol: float, atol
                 f"(rtol={rtol}, atol={atol} x output scale {scale:.3g})"
             )
     return worst_abs, worst_rel
-
-
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__

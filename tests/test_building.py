@@ -12,7 +12,7 @@ from fxpool.copying import structural_copy
 from fxpool.deciding import decide
 from fxpool.example import read_example
 from fxpool.finding import find_pools
-from fxpool.intercepting import InterceptingForward, PoolCalls, intercepted_calls
+from fxpool.intercepting import InterceptingForward, PoolCalls
 from fxpool.recording import record_pool_calls
 from fxpool.replacements import ExactAdaptivePool
 
@@ -61,10 +61,10 @@ def test_a_functional_call_goes_into_a_table_of_its_module_and_the_pool_module_k
     seen = []
     model.pool.register_forward_hook(lambda module, inputs, output: seen.append(type(module).__name__))
     copy, built = _build(model, torch.randn(1, 3, 9, 9))
-    table = intercepted_calls(copy)
-    assert isinstance(copy.forward, InterceptingForward) and table is copy.fxpool_calls
+    assert isinstance(copy.forward, InterceptingForward) and copy.forward.calls is copy.fxpool_calls
+    table = copy.fxpool_calls
     assert isinstance(copy.pool, ExactAdaptivePool) and len(table.replacements) == 1
-    assert intercepted_calls(model) is None and "forward" not in vars(model)  # the original untouched
+    assert "forward" not in vars(model) and "fxpool_calls" not in model._modules  # the original untouched
     x = torch.randn(1, 3, 9, 9)
     expected = model(x)
     seen.clear()  # the original's and the recording's calls ran the hook too
