@@ -1,8 +1,7 @@
 """fxpool: exact, export-friendly replacements for adaptive pooling in PyTorch models.
 
-The public API is the names in ``__all__``. They are imported on first use: ``import fxpool`` and
-``fxpool --help`` load neither torch nor onnx, so the command line answers at once.
-"""
+The public API is the names in ``__all__``. They are imported on first use: ``import fxpool`` and ``fxpool --help``
+load neither torch nor onnx, so the command line answers at once."""
 
 from __future__ import annotations
 
@@ -99,9 +98,8 @@ else:
     class _Package(types.ModuleType):
         """The package's module type: ``fxpool.convert`` stays the function once the submodule is imported.
 
-        Importing the submodule ``fxpool.convert`` sets the package's attribute ``convert`` to it; the
-        property's setter ignores that, as ``from .convert import convert`` in an eager ``__init__`` would.
-        """
+        Importing the submodule ``fxpool.convert`` sets the package's attribute ``convert`` to it; the property's
+        setter ignores that, as ``from .convert import convert`` in an eager ``__init__`` would."""
 
         @property
         def convert(self) -> Any:

@@ -1,8 +1,7 @@
 """Recognising adaptive pool calls in every spelling, and normalising their arguments.
 
 A *pool call* is a module of :data:`MODULE_FORMS` (or ``nn.Upsample(mode="area")``), a function of
-:data:`FUNCTION_FORMS` with ``output_size`` in any spelling, or an ATen operator of :data:`ATEN_FORMS`.
-"""
+:data:`FUNCTION_FORMS` with ``output_size`` in any spelling, or an ATen operator of :data:`ATEN_FORMS`."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """The self-check: the converted model run once on the example, against what the original computed.
 
-Each replacement against the native pool on its own input (max family bit-equal), the whole model against the
-original (and its export branch). Where only the whole model differs, :func:`rounding_noise` measures the original's
-own sensitivity to rounding (TF32 downstream), and :meth:`SelfCheck.within_noise` accepts a multiple of it.
-"""
+Each replacement against the native pool on its own input (max family bit-equal), the whole model against the original
+(and its export branch). Where only the whole model differs, :func:`rounding_noise` measures the original's own
+sensitivity to rounding (TF32 downstream), and :meth:`SelfCheck.within_noise` accepts a multiple of it."""
 
 from __future__ import annotations
 

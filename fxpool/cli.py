@@ -1,8 +1,7 @@
 """The ``fxpool`` command line (``fxpool ...``, ``python -m fxpool ...``); its exit statuses are in `EPILOG`.
 
-Nothing heavy is imported before the arguments are parsed: ``fxpool --help`` answers without loading
-torch. ``--json`` prints one JSON object on stdout whatever the outcome, ``schema_version`` first.
-"""
+Nothing heavy is imported before the arguments are parsed: ``fxpool --help`` answers without loading torch. ``--json``
+prints one JSON object on stdout whatever the outcome, ``schema_version`` first."""
 
 from __future__ import annotations
 

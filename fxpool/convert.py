@@ -1,8 +1,7 @@
 """``convert`` and ``explain``: the one pipeline (record, find, decide, build, check, undo, prove).
 
-Copy, find and build belong to the front end (:class:`FrontEnd`: the module tree's, or :mod:`fxpool.programs`'),
-the rest is shared. What the self-check refuses is undone and the pipeline runs again on a fresh copy.
-"""
+Copy, find and build belong to the front end (:class:`FrontEnd`: the module tree's, or :mod:`fxpool.programs`'), the
+rest is shared. What the self-check refuses is undone and the pipeline runs again on a fresh copy."""
 
 from __future__ import annotations
 
@@ -43,8 +42,7 @@ from .proving import proven, traced_pools
 from .recording import Recording, record_pool_calls
 from .report import ConversionReport, attach_report
 
-# A conversion that fails its self-check is redone with what failed undone; each round undoes at
-# least one replacement, so this bounds only pathological models.
+# A failed self-check's round undoes at least one replacement and runs again: this bounds only pathological models.
 MAX_CHECK_ROUNDS = 16
 _UNRUN = (
     "self-check: the example's run never reached this replacement (PyTorch's pool ran in its place), so it was undone; "
@@ -86,19 +84,17 @@ def convert(
 ) -> nn.Module | ExportedProgram:
     """Return a model that computes the same function with every adaptive pool replaced exactly.
 
-    ``example_input`` and ``example_kwargs`` are read as ``torch.onnx.export`` reads ``args`` and
-    ``kwargs``: a tuple of positional arguments or any other single argument (a tensor, a list of
-    images); without ``example_kwargs``, a dict ending the tuple holds the keyword arguments, so a
-    model taking a dict positionally is given ``(batch, {})``. Replacements are
-    specialised to the spatial sizes this input produces and raise
-    :class:`~fxpool.errors.SpatialSizeError` on other sizes, unless ``dynamic=True``, under which
-    every pool computes its windows from the size it is given.
+    ``example_input`` and ``example_kwargs`` are read as ``torch.onnx.export`` reads ``args`` and ``kwargs``: a tuple
+    of positional arguments or any other single argument (a tensor, a list of images); without ``example_kwargs``, a
+    dict ending the tuple holds the keyword arguments, so a model taking a dict positionally is given ``(batch, {})``.
+    Replacements are specialised to the spatial sizes this input produces and raise
+    :class:`~fxpool.errors.SpatialSizeError` on other sizes, unless ``dynamic=True``, under which every pool computes
+    its windows from the size it is given.
 
-    The converted model is run once on the example and compared with the original (the report's
-    ``check``); what disagrees is undone. The caller's model is never changed. The result shares
-    its parameters and buffers (the same tensors, no copy) and copies only the module objects;
-    :func:`~fxpool.report.report_of` gives its :class:`~fxpool.report.ConversionReport`. With
-    ``strict=True`` any pool that would be left to PyTorch raises
+    The converted model is run once on the example and compared with the original (the report's ``check``); what
+    disagrees is undone. The caller's model is never changed. The result shares its parameters and buffers (the same
+    tensors, no copy) and copies only the module objects; :func:`~fxpool.report.report_of` gives its
+    :class:`~fxpool.report.ConversionReport`. With ``strict=True`` any pool that would be left to PyTorch raises
     :class:`~fxpool.errors.UnconvertedPoolError`, and a self-check that did not pass at once raises
     :class:`~fxpool.errors.SelfCheckError`.
 
@@ -111,10 +107,9 @@ def convert(
         >>> report_of(converted).check.status
         'passed'
 
-    A ``torch.export`` program (``ExportedProgram``, its example input optional) gives a new program
-    with every ATen adaptive pool replaced, and a ``GraphModule`` calling the ATen pool operators
-    (``program.module()``) a rewritten copy: see :mod:`fxpool.programs`.
-    """
+    A ``torch.export`` program (``ExportedProgram``, its example input optional) gives a new program with every ATen
+    adaptive pool replaced, and a ``GraphModule`` calling the ATen pool operators (``program.module()``) a rewritten
+    copy: see :mod:`fxpool.programs`."""
     if isinstance(model, ExportedProgram) or has_aten_pools(model):
         converted, report = _convert_program(model, example_input, example_kwargs, dynamic)
     elif example_input is None:

@@ -1,9 +1,8 @@
 """Copies of a module tree over the same tensors, so fxpool can rewire modules without touching the caller's.
 
-A module is part of the tree wherever its parent holds it: registered, or in a plain attribute, list, tuple or
-dict (transformers' UperNet calls its pyramid through a list). Those references, methods bound to a module of the
-tree and objects with ``map_modules(fn)`` (an intercepted forward) point into the copy, never at the original.
-"""
+A module is part of the tree wherever its parent holds it: registered, or in a plain attribute, list, tuple or dict
+(transformers' UperNet calls its pyramid through a list). Those references, methods bound to a module of the tree and
+objects with ``map_modules(fn)`` (an intercepted forward) point into the copy, never at the original."""
 
 from __future__ import annotations
 
@@ -54,8 +53,7 @@ def _copy(module: nn.Module, clone_buffers: bool, memo: dict[int, nn.Module]) ->
     if id(module) in memo:  # a submodule shared between two places stays shared
         return memo[id(module)]
     if isinstance(module, torch.jit.ScriptModule):
-        # Nothing rewrites inside TorchScript, and a shallow copy of one breaks its C++ side: share
-        # it, or copy it whole where its buffers must not be written.
+        # Nothing rewrites inside TorchScript, and a shallow copy breaks its C++ side: share it, or copy it whole
         memo[id(module)] = copy.deepcopy(module) if clone_buffers else module
         return memo[id(module)]
     new = shallow_module_copy(module)

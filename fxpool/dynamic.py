@@ -8,12 +8,11 @@ measurements): ``gathers`` moves the spatial axes in front and gathers and reduc
 (:func:`window_sums`, :func:`window_maxima`); ``slices`` slices each window from its runtime bounds, under
 TorchScript tracing only (symbolic slice bounds add guards that named Dims refuse).
 
-Under ONNX export a maximum carries a NaN flag (:func:`~fxpool.forms.nan_flagged`), and no gathered block is
-ever empty, at any size: OpenVINO compiles an empty Gather at a static size into SIGFPE, and PyTorch's amax
-refuses one. Other tracers get ``torch.max(dim)``, last axis first, so a tie's gradient lands where PyTorch's
-kernel sends it. Eager and ``torch.compile`` run PyTorch's own kernel; :meth:`_DynamicPool.traced_form` runs
-the graph form in eager. One graph serves every size: no Loop, If, GatherND or ScatterND.
-"""
+Under ONNX export a maximum carries a NaN flag (:func:`~fxpool.forms.nan_flagged`), and no gathered block is ever
+empty, at any size: OpenVINO compiles an empty Gather at a static size into SIGFPE, and PyTorch's amax refuses one.
+Other tracers get ``torch.max(dim)``, last axis first, so a tie's gradient lands where PyTorch's kernel sends it.
+Eager and ``torch.compile`` run PyTorch's own kernel; :meth:`_DynamicPool.traced_form` runs the graph form in eager.
+One graph serves every size: no Loop, If, GatherND or ScatterND."""
 
 from __future__ import annotations
 
@@ -51,10 +50,8 @@ def runtime_window_bounds(length: Any, out_size: int, device: torch.device) -> t
 
 
 def gather_windows(x: torch.Tensor, dim: int, indices: torch.Tensor) -> torch.Tensor:
-    """``x``'s entries at ``indices`` (``(o, span)``) along ``dim``: ``x.shape[:dim] + (o, span) + x.shape[dim+1:]``.
-
-    One Gather with 2-D indices under the TorchScript exporter; a Gather and a Reshape under torch.export
-    (whose translation of indexing by a tensor moves axes and uses GatherND)."""
+    """``x``'s entries at ``indices`` (``(o, span)``) along ``dim``: one Gather with 2-D indices under the TorchScript
+    exporter, a Gather and a Reshape under torch.export (whose indexing by a tensor becomes GatherND)."""
     if torch.jit.is_tracing():
         return x[(slice(None),) * dim + (indices,)]
     return x.index_select(dim, indices.reshape(-1)).unflatten(dim, (indices.shape[0], indices.shape[1]))
@@ -80,20 +77,15 @@ def _along(mask: torch.Tensor, dim: int, dims: int) -> torch.Tensor:
 
 
 def _symbolic(length: Any) -> bool:
-    """Whether ``length`` is symbolic (``torch.export`` with a dynamic dimension, a ``torch.fx`` Proxy): there a
-    block of a size that may be 0 or 1 adds a guard named ``Dim``\\ s refuse, so blocks are ``ceil(L/o) + 1 >= 2``."""
+    """Whether ``length`` is symbolic (``torch.export``, ``torch.fx``): a block that may hold 0 or 1 entries adds a
+    guard named Dims refuse there, so blocks are ``ceil(L/o) + 1 >= 2``."""
     return isinstance(length, (torch.SymInt, torch.fx.Proxy)) or torch.compiler.is_compiling()  # strict export: dynamo's
 
 
 def window_sums(y: torch.Tensor, dim: int, dims: int, out_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each window's sum along spatial axis ``dim`` of a :func:`spatial_first` tensor of ``dims`` spatial
-    axes, and its size (``(o,)``), from ``y``'s runtime length.
-
-    Every window holds its first ``max(L // o, 1)`` entries: gathered unmasked and summed, where they are 4
-    or more for two groups of windows in turn (so the input, its spatial-first copy and half a block live at
-    once). It holds at most two more: each gathered as one entry per window (clamped into the window) and
-    masked to zero by Where where it lies past the window's end. No gather is empty at any size.
-    """
+    """Each window's sum along spatial axis ``dim`` of a :func:`spatial_first` tensor, and its size (``(o,)``).
+    Its first ``max(L // o, 1)`` entries are summed unmasked (:func:`_halves`); the at most two past them are
+    gathered one per window and masked to zero by Where past the window's end."""
     length = y.shape[dim]
     starts, ends = runtime_window_bounds(length, out_size, y.device)
     if out_size == 1:
@@ -118,10 +110,8 @@ def window_sums(y: torch.Tensor, dim: int, dims: int, out_size: int) -> tuple[to
 
 
 def _halves(out_size: int, count: Any, smallest: int = 4) -> list[slice]:
-    """The windows in two groups of about half where each gathers ``count`` entries, ``smallest`` or more at the
-    size traced (so half a block lives at once), else all at once. Split by windows, never by entries: a group
-    is never empty at a size the graph is run at (a Gather of no entries is an error in PyTorch's amax and
-    kills OpenVINO's compiler with SIGFPE)."""
+    """The windows in two groups (so half a block lives at once) where each reads ``smallest`` or more entries at
+    the size traced, else in one. Split by windows, not entries: no group is empty at any size."""
     if static_size(count) < smallest:
         return [slice(None)]
     return [slice(0, (out_size + 1) // 2), slice((out_size + 1) // 2, None)]

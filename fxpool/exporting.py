@@ -1,11 +1,9 @@
 """``export`` (convert, ``torch.onnx.export``, verify) and the pieces the pre-export hook shares with it.
 
-Exports run one at a time under `LOCK`: the TorchScript exporter's state and both exporters' flags are
-process-wide, so while fxpool exports other threads' ``torch.onnx.export`` calls are routed through the
-lock (`fxpool.globalstate`); a race that still happens (a thread holding its own reference to the
-exporter) is an `ExportFailedError` that says so. The exporters' log records go to the
-``fxpool.exporters`` logger at DEBUG level, not to the console.
-"""
+Exports run one at a time under `LOCK`: the TorchScript exporter's state and both exporters' flags are process-wide,
+so while fxpool exports other threads' ``torch.onnx.export`` calls are routed through the lock (`fxpool.globalstate`);
+a race that still happens (a thread holding its own reference to the exporter) is an `ExportFailedError` that says so.
+The exporters' log records go to the ``fxpool.exporters`` logger at DEBUG level, not to the console."""
 
 from __future__ import annotations
 
@@ -88,18 +86,16 @@ def export(
     may be ``None`` (its own). `ExportResult.pool_nodes` names the ONNX nodes each replacement became (for
     a quantizer's list of nodes to keep in float, say).
 
-    ``f`` is a path or, as for ``torch.onnx.export``, a binary file object (written as one file, the
-    weights inside). A path is checked before any work (`OutputFileError` for a folder or a missing
-    folder), and written atomically: the exporter writes beside it under a temporary name, the graph is
-    verified there, and only then moved into place with its external data (``NAME.onnx.data``, the dynamo
-    exporter's default); `ExportResult.files` names every file written. A graph that fails its check is set
-    aside in the folder ``NAME.onnx.failed`` and the error says so; a file that was at ``f`` before is left
-    as it was, after a failure, a full disk or a killed process alike.
+    ``f`` is a path or, as for ``torch.onnx.export``, a binary file object (written as one file, the weights inside).
+    A path is checked before any work (`OutputFileError` for a folder or a missing folder), and written atomically:
+    the exporter writes beside it under a temporary name, the graph is verified there, and only then moved into place
+    with its external data (``NAME.onnx.data``, the dynamo exporter's default); `ExportResult.files` names every file
+    written. A graph that fails its check is set aside in the folder ``NAME.onnx.failed`` and the error says so; a
+    file that was at ``f`` before is left as it was, after a failure, a full disk or a killed process alike.
 
-    Before any conversion work, the exporter's and the verification's packages are imported (a missing
-    one raises `MissingDependencyError` with the ``pip install`` line) and ``opset_version`` is checked
-    against what the chosen exporter writes (`UnsupportedOpsetError`; see `supported_opsets`).
-    """
+    Before any conversion work, the exporter's and the verification's packages are imported (a missing one raises
+    `MissingDependencyError` with the ``pip install`` line) and ``opset_version`` is checked against what the chosen
+    exporter writes (`UnsupportedOpsetError`; see `supported_opsets`)."""
     check_export_request(kwargs, verify, "fxpool.export")
     if hasattr(f, "write"):  # a file object, as torch.onnx.export takes: one file, exported and verified, then copied
         if kwargs.get("dynamo", True) is not False:
@@ -182,8 +178,7 @@ def _export_file(
     kwargs: dict[str, Any],
 ) -> ExportResult:
     kwargs.setdefault("verbose", False)  # the dynamo exporter prints its progress unless told not to
-    # Keyword arguments as a trailing dict: both exporters read it so, and it keeps a dict that is the
-    # last positional argument from being taken for them. A program has its own.
+    # Keyword arguments as a trailing dict, as both exporters read them (so a last positional dict is not taken for them)
     args = () if isinstance(converted, ExportedProgram) else example.args + (dict(example.kwargs),)
     try:
         with warnings.catch_warnings(), _exporter_logs_to_fxpool(_EXPORTER_LOGGERS):  # the exporters' notices on every call

@@ -1,9 +1,8 @@
 """Find: every adaptive pool of a model copy, from the recording against its module tree (no trace).
 
-Sites: a pool module (``name``; ``name#k`` per size where called at several), a functional call per call
-as written and input size in its owner's forward (``owner:op#k``), a pool inside TorchScript (left, with
-why), fxpool's own replacements (already converted); ``@export`` ends a pool only the export branch runs.
-"""
+Sites: a pool module (``name``; ``name#k`` per size where called at several), a functional call per call as written
+and input size in its owner's forward (``owner:op#k``), a pool inside TorchScript (left, with why), fxpool's own
+replacements (already converted); ``@export`` ends a pool only the export branch runs."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""The plain ops each step of a plan runs (:func:`run_steps`, :func:`run_onnx_steps`) and the constant tables
-they gather by, built exactly from the window bounds. None multiplies an entry outside its window, so NaN and
-±inf stay in their windows.
-"""
+"""The plain ops each step of a plan runs (:func:`run_steps`, :func:`run_onnx_steps`) and the constant tables they
+gather by, built exactly from the window bounds. None multiplies an entry outside its window, so NaN and ±inf stay in
+their windows."""
 
 from __future__ import annotations
 
@@ -96,10 +95,9 @@ def window_block_maxima(x: torch.Tensor, dim: int, positions: torch.Tensor, out_
 
 
 def nan_flagged(maxima: torch.Tensor, magnitudes: torch.Tensor) -> torch.Tensor:
-    """``maxima`` with NaN where ``magnitudes`` (each window's sum of absolute values: NaN exactly where the
-    window holds NaN, never inf - inf) is NaN. Max and ReduceMax do not carry NaN in every runtime (onnxruntime's
-    ReduceMax and MaxPool skip it; OpenVINO's Max keeps only its second operand's), Sub does; so the flag
-    ``-inf - magnitudes`` (``-inf`` or NaN) is Max's second operand (IsNaN and Where ran 2.4x slower)."""
+    """``maxima`` with NaN where ``magnitudes`` (a window's sum of absolute values: NaN exactly where it holds NaN)
+    is: ``-inf - magnitudes`` as Max's second operand, the one whose NaN OpenVINO's Max keeps (onnxruntime's
+    ReduceMax skips NaN; IsNaN and Where ran 2.4x slower)."""
     return torch.maximum(maxima, float("-inf") - magnitudes)
 
 
@@ -186,8 +184,7 @@ def _reduce(x: torch.Tensor, step: ReduceStep, dims: int) -> torch.Tensor:
         return x.mean(dim=axes, keepdim=True)
     if torch.onnx.is_in_onnx_export() or not needs_gradient(x):
         return torch.amax(x, dim=axes, keepdim=True)  # one ReduceMax; the values are the same
-    # max(dim) sends the gradient to the first maximum (amax splits it among ties); last axis
-    # first keeps PyTorch's row-major order.
+    # max(dim) sends the gradient to the first maximum (amax splits it among ties), last axis first as PyTorch's
     for axis in reversed(axes):
         x = torch.max(x, dim=axis, keepdim=True).values
     return x
@@ -284,8 +281,7 @@ def run_steps(module: Any, x: torch.Tensor) -> torch.Tensor:
     if not module.plan.steps:
         return x
     dims = module.plan.spatial_dims
-    # Native adaptive pools accumulate half/bfloat16 in float32 and round once; so do we.
-    # (Written without Python branches on the dtype, so torch.fx can trace through it.)
+    # Native pools sum half/bfloat16 in float32 and round once; so do we (no branch on the dtype: torch.fx traces it)
     dtype = x.dtype
     upcast = not isinstance(dtype, torch.dtype) or dtype in LOW_PRECISION  # a Proxy under torch.fx
     if upcast:
@@ -324,8 +320,7 @@ def run_onnx_steps(module: Any, x: torch.Tensor) -> torch.Tensor:
     if upcast:
         x = x.float()
     spatial_first = False
-    # The TorchScript exporter's Pad computes its pads in a dozen int64 ops (and warns that it cannot
-    # fold them); under it each axis gets its zero by a Concat just before its gather instead.
+    # The TorchScript exporter computes a Pad's pads in a dozen int64 ops: there each axis gets its zero by a Concat.
     zero_by_concat: set[int] = set()
     for index, step in enumerate(module.plan.onnx_steps):
         first_spatial = 0 if spatial_first else x.dim() - dims  # where the spatial axes lie now

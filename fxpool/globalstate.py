@@ -1,11 +1,10 @@
 """The process-wide state fxpool has to touch, behind one lock, and always put back.
 
-Converting and exporting touch state of the whole process: the random-number generators, torch.fx's patch
-of ``nn.Module.__call__``, ``torch.onnx.is_in_onnx_export``, the TorchScript exporter's symbolic registry
-and both exporters' flags. :data:`LOCK` (re-entrant: ``export`` converts inside it) serialises every such
-section, so two of them never restore each other's saved values. The stand-ins put in place here answer
-differently in the thread that asked for them only; other threads see the real answer or wait on the lock.
-"""
+Converting and exporting touch state of the whole process: the random-number generators, torch.fx's patch of
+``nn.Module.__call__``, ``torch.onnx.is_in_onnx_export``, the TorchScript exporter's symbolic registry and both
+exporters' flags. :data:`LOCK` (re-entrant: ``export`` converts inside it) serialises every such section, so two of
+them never restore each other's saved values. The stand-ins put in place here answer differently in the thread that
+asked for them only; other threads see the real answer or wait on the lock."""
 
 from __future__ import annotations
 
@@ -80,11 +79,8 @@ def export_flag(answer: bool | None) -> Iterator[FlagReads]:
 
 
 def _forget_in_dynamo(stand_in: Callable[[], bool]) -> None:
-    """Drop Dynamo's cached tables of torch functions where they were built while ``stand_in`` was in place.
-
-    Dynamo reads ``torch.onnx.is_in_onnx_export`` once, into cached tables keyed by the function object; built
-    under a stand-in, they hold it, and every later ``torch.compile``/``torch.export(strict=True)`` of code
-    that asks the real function fails ("Attempted to call function marked as skipped")."""
+    """Drop Dynamo's cached tables of torch functions built while ``stand_in`` was in place: they hold it, and every
+    later ``torch.compile``/``torch.export(strict=True)`` of code asking the real one fails ("marked as skipped")."""
     for module, table in (
         ("torch._dynamo.trace_rules", "get_torch_obj_rule_map"),
         ("torch._dynamo.variables.torch", "tracing_state_functions"),

@@ -1,9 +1,8 @@
 """The pre-export hook: ``torch.onnx.export`` calls inside ``onnx_export_hook()`` export the converted model.
 
 The hook answers the calling thread's calls only, through the stand-in of ``torch.onnx.export``
-(`fxpool.globalstate.export_handler`), so scripts the user cannot edit are served too; it converts and
-exports through the same calls as `fxpool.export` (`fxpool.exporting`).
-"""
+(`fxpool.globalstate.export_handler`), so scripts the user cannot edit are served too; it converts and exports through
+the same calls as `fxpool.export` (`fxpool.exporting`)."""
 
 from __future__ import annotations
 
@@ -31,11 +30,8 @@ from .report import REPORT_ATTRIBUTE, ConversionReport
 def onnx_export_hook(*, strict: bool = False, dynamic: bool = False) -> Iterator[None]:
     """Within this block, ``torch.onnx.export(model, args, ...)`` exports ``fxpool.convert(model, args)``.
 
-    The caller's model is untouched; already-converted models are exported as they are. The hook
-    applies to the thread that entered it: other threads' exports are not converted, and run one at a
-    time with fxpool's (the exporters' state is process-wide). Blocks may nest and may be left in any
-    order; ``torch.onnx.export`` is restored when the last one is left.
-    """
+    The caller's model is untouched; converted models are exported as they are. Only the thread that entered converts;
+    other threads' exports run one at a time with it. Blocks may nest and be left in any order."""
     with export_handler(functools.partial(_hooked_export, strict, dynamic)):
         yield
 

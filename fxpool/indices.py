@@ -1,10 +1,9 @@
 """Adaptive max pools that return their indices: PyTorch's values and argmax indices, in a portable form.
 
-PyTorch's kernels (CPU, channels-last and CUDA alike) scan each window in row-major order and keep an entry
-greater than the maximum so far, or NaN: the index is the **first** maximum on ties, the **last** NaN where the
-window holds any, and the window's first position where every entry is -inf. :class:`WindowArgmaxPool` runs that
-kernel in eager; tracers see plain ops that reproduce the rule over each window's gathered plane positions.
-"""
+PyTorch's kernels (CPU, channels-last and CUDA alike) scan each window in row-major order and keep an entry greater
+than the maximum so far, or NaN: the index is the **first** maximum on ties, the **last** NaN where the window holds
+any, and the window's first position where every entry is -inf. :class:`WindowArgmaxPool` runs that kernel in eager;
+tracers see plain ops that reproduce the rule over each window's gathered plane positions."""
 
 from __future__ import annotations
 

@@ -1,14 +1,11 @@
 """Pool calls replaced at run time, without a trace: functional calls by a torch function mode, and a pool
 module called at several sizes by a table of its replacements (:class:`PoolCalls`, by call and size).
 
-A module whose forward makes a pool call gets a table (the non-persistent submodule ``fxpool_calls``:
-``.to()`` moves the replacements, ``state_dict`` keys stay the original's) and an
-:class:`InterceptingForward`, which runs its own forward as written under a ``TorchFunctionMode`` that
-answers each pool call with the replacement for the call and the input's size. The mode is Python, so
-every tracer that runs the forward (``torch.jit.trace``, both ONNX exporters, ``torch.export``) sees the
-replacement's plain ops. It covers the forward's submodules too: each torch call there pays one Python
-call, and a module below with a table of its own intercepts its calls first.
-"""
+A module whose forward makes a pool call gets a table (the non-persistent submodule ``fxpool_calls``, so ``.to()``
+moves the replacements and ``state_dict`` keys stay the original's) and an :class:`InterceptingForward`: its forward
+runs as written under a ``TorchFunctionMode`` that answers each pool call with the replacement for the call and the
+input's size. The mode is Python, so every tracer that runs the forward sees the replacement's plain ops; each torch
+call in the forward pays one Python call."""
 
 from __future__ import annotations
 

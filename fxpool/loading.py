@@ -67,9 +67,8 @@ def build_torchvision(name: str, weights: str | None = None, **kwargs: Any) -> n
 def load_model(spec: str, *, weights: str | None = None, pretrained: bool = False, trust_file: bool = False) -> LoadedModel:
     """Build the model a MODEL spec names, in eval mode; a ``.pt2`` file gives its ``ExportedProgram``.
 
-    ``weights`` is torchvision's ``weights=`` (``"DEFAULT"``); ``pretrained`` asks timm and Hugging Face
-    specs for weights from the local cache; ``trust_file`` lets a model file run code while it loads.
-    """
+    ``weights`` is torchvision's ``weights=`` (``"DEFAULT"``); ``pretrained`` asks timm and Hugging Face specs for
+    weights from the local cache; ``trust_file`` lets a model file run code while it loads."""
     if spec.endswith((".pt2", ".pt")):
         _refuse_weights_for(spec, weights, pretrained, "a model file carries its own weights")
         if not Path(spec).is_file():
@@ -304,11 +303,10 @@ _ZIP_START = b"PK\x03\x04"  # torch.save's own format: a zip holding data.pkl
 def unsafe_archive_members(data: bytes) -> list[str]:
     """The members of a ``.pt2`` archive (its bytes) whose pickles the weights-only unpickler refuses, each with why.
 
-    Raw tensor files (listed with ``use_pickle: false`` in the archive's weights and constants configs)
-    and text are skipped; everything else that is a pickle or a ``torch.save`` zip must load with
-    ``torch.load(weights_only=True)``. Members PyTorch unpickles with a loader of its own (TorchScript
-    and opaque objects among the constants) are refused outright: they can construct arbitrary objects.
-    """
+    Raw tensor files (listed with ``use_pickle: false`` in the archive's weights and constants configs) and text are
+    skipped; everything else that is a pickle or a ``torch.save`` zip must load with
+    ``torch.load(weights_only=True)``. Members PyTorch unpickles with a loader of its own (TorchScript and opaque
+    objects among the constants) are refused outright: they can construct arbitrary objects."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except zipfile.BadZipFile:

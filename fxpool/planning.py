@@ -5,12 +5,10 @@ upsample, sliding, slices, gather: docs/rules.md has the table); the first that 
 earlier one says why not. Every form sums or compares only the entries of a window, so NaN and ±inf stay
 in the windows that hold them (a matrix product would not: ``0 * inf`` is NaN).
 
-Steps run in this order: one pooling over all spatial axes (or one reduction), then the sliding and
-sliced axes, most-shrinking first, then one upsampling. Averages are separable, so the order is only a
-cost. Maxima are not, for their gradient (PyTorch's goes to the first maximum of each window in
-row-major order), so general max axes are gathered (each window's positions in order, padded by
-repeating its last) and one MaxPool covers every axis at once, scanning windows as PyTorch does.
-"""
+Steps run in this order: one pooling over all spatial axes (or one reduction), the sliding and sliced axes,
+most-shrinking first, then one upsampling. Maxima are not separable for their gradient (PyTorch's goes to the first
+maximum in row-major order), so general max axes are gathered (positions padded by repeating the window's last) and
+one MaxPool covers every axis at once, scanning windows as PyTorch does."""
 
 from __future__ import annotations
 
@@ -218,12 +216,9 @@ def choose_plan(
 
 
 def onnx_window_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]:
-    """The window form ONNX export runs, or ``()`` where ONNX export runs ``steps``: max pools wherever an axis
-    has general windows (exact with NaN, which onnxruntime's MaxPool skips), average pools from
-    :data:`WINDOW_SUMS_MIN_COPIES`; a pool with no general axis gets :func:`onnx_block_steps`. Forward values
-    only: ``torch.export`` keeps ``steps``, whose max gradient lands where PyTorch's does (docs/export.md,
-    "Uneven windows").
-    """
+    """The window form ONNX export runs (values only; ``torch.export`` keeps ``steps`` for their gradient), or ``()``:
+    max pools wherever an axis has general windows (MaxPool skips NaN), average pools from
+    :data:`WINDOW_SUMS_MIN_COPIES`; a pool with no general axis gets :func:`onnx_block_steps`."""
     general = ("gather",) if family == "max" else ("sliding", "slices", "gather")
     if not any(axis.kind in general for axis in axes):
         return onnx_block_steps(family, axes)
@@ -268,9 +263,8 @@ POOLED_KINDS = ("gather", "sliding", "slices", "pool", "reduce")
 def last_axis_copies(axes: tuple[AxisChoice, ...]) -> float:
     """Entries a window form copies one by one along the last spatial axis, per input entry.
 
-    In the input's layout a gather along the last axis copies single entries: ``span * out`` per row
-    of the tensor the earlier axes have shrunk. The other axes' gathers copy whole rows.
-    """
+    In the input's layout a gather along the last axis copies single entries: ``span * out`` per row of the tensor the
+    earlier axes have shrunk. The other axes' gathers copy whole rows."""
     last = axes[-1]
     if last.kind not in POOLED_KINDS:
         return 0.0
@@ -313,11 +307,9 @@ def _steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]
 
 
 # --- dynamic forms: windows from the runtime size (``dynamic=True``) ---
-#
 # Slicing each window from its runtime bounds won where windows are few and long (PSP 64->6 over 512 channels:
-# 2.5 ms against 4.6 for the gathers), the gathers everywhere else (10->7 over 8x512: 2.1 against 14.8). Slices
-# need the TorchScript exporter's tracer: under torch.export their symbolic bounds add guards that named Dims with
-# bounds refuse, so torch.export always gets gathers.
+# 1.7 ms against 2.9 for the gathers, 2026-12-07), the gathers everywhere else (10->7 over 8x512: 2.1 against 14.8).
+# Under torch.export slices' symbolic bounds add guards that named Dims refuse: torch.export always gets gathers.
 DYNAMIC_SLICES_MAX_WINDOWS = 16
 DYNAMIC_SLICES_MIN_LENGTH = 8
 DynamicKind = Literal["gathers", "slices"]

@@ -1,10 +1,9 @@
 """torch.export programs and ATen-level graphs: the pipeline's second front end (see ARCHITECTURE.md).
 
-Each ATen pool node is a site ``<program>:NODE`` (``<graph>:NODE`` for a graph module), matched in graph order
-with the calls the recording saw the graph's own forward make; a node in a control-flow subgraph is left. A program
-is exported again with its own dynamic dimensions: the new one keeps the original's signature and state and holds
-only ATen operators (no fxpool code, no custom op).
-"""
+Each ATen pool node is a site ``<program>:NODE`` (``<graph>:NODE`` for a graph module), matched in graph order with
+the calls the recording saw the graph's own forward make; a node in a control-flow subgraph is left. A program is
+exported again with its own dynamic dimensions: the new one keeps the original's signature and state and holds only
+ATen operators (no fxpool code, no custom op)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""The proof: the native adaptive pool operators a tracer still sees in a converted model: ``torch.jit.trace`` as
-the TorchScript exporter traces (the strictest); where it cannot trace the model, one run under a
-``TorchDispatchMode`` that sees the ATen operators ``torch.export`` records, the replacements in their traced forms.
-"""
+"""The proof: the native adaptive pool operators a tracer still sees in a converted model: ``torch.jit.trace`` as the
+TorchScript exporter traces (the strictest); where it cannot trace the model, one run under a ``TorchDispatchMode``
+that sees the ATen operators ``torch.export`` records, the replacements in their traced forms."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
 """:class:`ExactAdaptivePool`: one adaptive pool computed exactly, for the input size it was planned for.
 
 Tracers see the steps of its :class:`~fxpool.steps.PoolPlan` as the plain ops of :mod:`fxpool.forms`; eager runs
-one-step plans in one call and uneven windows by PyTorch's kernel; ``torch.compile`` (no exporter) gets PyTorch's pool.
-Window indices and scales are non-persistent buffers (``state_dict`` keys stay the original's), rebuilt exactly
-after any ``.to()``, so ``.double()`` stays exact to float64.
-"""
+one-step plans in one call and uneven windows by PyTorch's kernel; ``torch.compile`` (no exporter) gets PyTorch's
+pool. Window indices and scales are non-persistent buffers (``state_dict`` keys stay the original's), rebuilt exactly
+after any ``.to()``, so ``.double()`` stays exact to float64."""
 
 from __future__ import annotations
 
@@ -120,8 +119,7 @@ class ExactAdaptivePool(nn.Module):
             # torch.compile is not an exporter: inductor lowers PyTorch's own pool exactly, and 1.4-8x faster.
             return native_pool(x, *self.fxpool_native_reference)
         eager = isinstance(x, torch.Tensor) and plain_eager()  # not a Proxy, nothing traces
-        # Under autocast the native pool's own policy decides the output dtype (CPU runs 3d pools in
-        # float32, say): in eager, PyTorch's kernel is the exact answer.
+        # Under autocast the native pool's policy decides the output dtype (3d in float32 on CPU): PyTorch's kernel
         if eager and (self.runs_native_in_eager or torch.is_autocast_enabled(x.device.type)):
             return native_pool(x, *self.fxpool_native_reference)
         if eager:

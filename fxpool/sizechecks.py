@@ -19,8 +19,7 @@ from .errors import PoolCallError, SpatialSizeError
 def check_input(x: torch.Tensor, expected: tuple[int | None, ...], location: str) -> torch.Tensor:
     """Return ``x`` if it is floating and its trailing spatial sizes match ``expected`` (``None``: any), in eager and
     while a tracer runs; a spatial size left symbolic by ``torch.export`` (a dynamic axis) cannot be checked: refused."""
-    # Eager, the common case; and torch.compile, whose guards on the sizes compared hold at run time. Not
-    # torch.export's strict (dynamo) tracing: there such a guard becomes a runtime assertion ONNX drops.
+    # Eager, and torch.compile (its guards on the sizes hold at run time); not torch.export, where ONNX drops them
     if type(x) is torch.Tensor and not torch.jit.is_tracing() and not torch.compiler.is_exporting() and x.is_floating_point():
         spatial_sizes = x.shape[-len(expected) :]
         if (
@@ -170,8 +169,7 @@ class _SpatialSizeCheck(torch.autograd.Function):
             return x  # nothing known here: the Reshape after it guards at run time
         spatial = sizes[len(sizes) - len(expected) :]
         unknown = [axis for axis, (e, s) in enumerate(zip(expected, spatial)) if e is not None and s is None]
-        # A size shape inference lost (through an op it cannot follow) is no dynamic axis: refuse only where
-        # the graph's inputs have a dynamic axis other than the batch.
+        # A size shape inference lost is no dynamic axis: refuse only where an input's non-batch axis is dynamic
         inputs = [symbolic_helper._get_tensor_sizes(value) for value in g.graph.inputs()]
         freed = any(None in (shape or [])[1:] for shape in inputs)
         if unknown and freed:

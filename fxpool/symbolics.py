@@ -1,19 +1,12 @@
 """Exporter-level translations of adaptive average pooling, for pools no graph pass can reach.
 
-Some models take another code path under export (``if torch.onnx.is_in_onnx_export(): ...``) or
-pool in code neither torch.fx nor hooks see. For its duration, :func:`exporter_translations`
-registers a TorchScript-exporter symbolic for ``aten::adaptive_avg_pool1d/2d/3d``, and
-:func:`dynamo_translation_table` gives the dynamo exporter's ``custom_translation_table`` entries
-for the same ops. Both emit one exact, portable form (:func:`_lower`). Where the exporter knows the
-input's spatial sizes, that is the :class:`~fxpool.steps.PoolPlan` a converted model would get,
-lowered step by step (AveragePool, GlobalAveragePool/ReduceMean, stride-1 AveragePools with a
-Gather, one Slice and ReduceMean per window, Pad+Gather+Mul for long axes; nearest upsampling as a
-Gather), so eager and export-time pools follow the same rules. An output of 1 on every axis is
-GlobalAveragePool at any size. Any other axis of dynamic length is pooled from window positions built
-in the graph from the runtime length (:func:`_lower_dynamic`), so a graph exported with dynamic spatial
-axes is exact at every size. Every form sums only a window's entries: a NaN or an infinity stays in its windows. Half and bfloat16
-are computed in float32 and rounded once, as the native pool does.
-"""
+Some models take another code path under export (``if torch.onnx.is_in_onnx_export(): ...``) or pool in code neither
+torch.fx nor hooks see. :func:`exporter_translations` registers a TorchScript-exporter symbolic for
+``aten::adaptive_avg_pool1d/2d/3d`` for its duration, and :func:`dynamo_translation_table` gives the dynamo exporter's
+entries for the same ops. Both emit one exact form (:func:`_lower`): where the exporter knows the spatial sizes, the
+:class:`~fxpool.steps.PoolPlan` a converted model would get, lowered step by step; an axis of dynamic length pooled
+from window positions built from its runtime length (:func:`_lower_dynamic`). Every form sums only a window's entries,
+so NaN and ±inf stay in their windows; half and bfloat16 are summed in float32."""
 
 from __future__ import annotations
 
@@ -133,13 +126,9 @@ _DTYPE_NAMES = {"DOUBLE": torch.float64, "HALF": torch.float16, "FLOAT16": torch
 
 
 def _lower(ops: _Ops, x: Any, sizes: Sequence[Any], requested: Any, dims: int, dtype: torch.dtype) -> Any:
-    """Exact adaptive average pooling of ``x`` to ``requested`` in portable ONNX.
-
-    ``sizes`` is ``x``'s shape as the exporter knows it, ``None`` for an axis of dynamic length.
-    ``requested`` holds ints, ``None`` (the input's own length) or, where the exporter computes
-    the output size in the graph (an interpolate ``scale_factor`` over a dynamic axis), that
-    int64 scalar.
-    """
+    """Exact adaptive average pooling of ``x`` to ``requested`` in portable ONNX. ``sizes`` is ``x``'s shape as the
+    exporter knows it (``None``: dynamic); ``requested`` holds ints, ``None`` (the input's own length) or an int64
+    scalar of the graph (an interpolate ``scale_factor`` over a dynamic axis)."""
     if not sizes or len(sizes) < dims:
         raise ValueError(
             f"fxpool: adaptive_avg_pool{dims}d needs the input's rank to export; the exporter knows its shape "
@@ -214,11 +203,9 @@ def _lower_plan(ops: _Ops, x: Any, plan: PoolPlan, rank: int, batched: bool, dty
 
 
 def _lower_dynamic(ops: _Ops, x: Any, in_sizes: tuple[int | None, ...], requested: list[Any], rank: int, dtype: torch.dtype) -> Any:
-    """Per pooled axis, every window's entries gathered from positions built in the graph from the runtime
-    length (:func:`_runtime_windows`) into an ``(out, span)`` block, the entries past a window's end
-    masked to zero (Where, not a product, so a non-finite entry stays in its windows), summed and divided
-    by the window's length: work and memory linear in the input, as ``dynamic=True``'s blocks under
-    ``torch.export``."""
+    """Per pooled axis, every window's ``(out, span)`` block of entries (:func:`_runtime_windows`), those past its
+    end masked to zero by Where (not a product: a non-finite entry stays in its windows), summed and divided by
+    the window's length: linear in the input, as ``dynamic=True``'s blocks under ``torch.export``."""
     dims = len(in_sizes)
     for axis, (i, o) in enumerate(zip(in_sizes, requested)):
         if o is None or (isinstance(o, int) and o in (-1, i)):  # the output is the input's length: nothing to pool
@@ -236,12 +223,9 @@ def _lower_dynamic(ops: _Ops, x: Any, in_sizes: tuple[int | None, ...], requeste
 
 def _runtime_windows(ops: _Ops, x: Any, position: int, out_size: Any, dtype: torch.dtype) -> tuple[Any, Any, Any]:
     """Every window's positions along axis ``position`` of ``x``, ``(out, span)`` with ``span = ceil(L/out) + 1``
-    (no window is longer), a window's last repeated past its end; whether each lies inside its window; and
-    each window's length, built in the graph.
-
-    Window ``i`` is PyTorch's ``[floor(i*L/out), ceil((i+1)*L/out))``: integer division of non-negative int64s,
-    exact. ``out_size`` is an int or an int64 scalar of the graph.
-    """
+    (no window is longer), a window's last repeated past its end; whether each lies inside its window; and each
+    window's length, built in the graph by integer division of non-negative int64s (``out_size``: an int or an
+    int64 scalar of the graph)."""
     add, sub, mul, div = (functools.partial(ops.op, name) for name in ("Add", "Sub", "Mul", "Div"))
 
     def const(value: int) -> Any:
@@ -280,9 +264,8 @@ def _symbolic(dims: int) -> Callable[[Any, Any, Any], Any]:
 def _torchscript_output_size(output_size: Any, x: Any, rank: int, dims: int) -> Any:
     """The output size as ints, ``None`` where an entry is ``x``'s own length on that axis.
 
-    A ``None`` in ``output_size`` reaches the exporter as ``x.size(axis)``, which a dynamic axis
-    leaves as Shape and Gather; other entries not constant stay graph values.
-    """
+    A ``None`` in ``output_size`` reaches the exporter as ``x.size(axis)``, which a dynamic axis leaves as Shape and
+    Gather; other entries not constant stay graph values."""
     from torch.onnx import symbolic_helper
 
     constant = symbolic_helper._maybe_get_const(output_size, "is")

@@ -1,10 +1,9 @@
 """Verification of exported ONNX graphs: ``onnx.checker``, then onnxruntime's CPU provider against PyTorch.
 
 Where the CPU provider has no kernel for a bfloat16 or float16 op of the graph (no bfloat16 ``Conv``, say),
-`float32_copy` widens the same graph to float32 (low-precision values are exact there) and runs it against a
-float32 copy of the model: the graph's structure and weights are verified, and `Verification.how` says so. A
-graph that fails raises `ExportVerificationError`; the file stays where it is, for the caller to set aside.
-"""
+`float32_copy` widens the same graph to float32 (low-precision values are exact there) and runs it against a float32
+copy of the model: the graph's structure and weights are verified, and `Verification.how` says so. A graph that fails
+raises `ExportVerificationError`; the file stays where it is, for the caller to set aside."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_leaves, tree_map
+from torch.utils._pytree import tree_leaves, tree_map_only
 
 from .copying import structural_copy
 from .errors import ExportVerificationError, error_summary, require
@@ -67,9 +66,8 @@ def onnxruntime_session(path: str) -> Any:
 def run_onnxruntime(path: str, example_input: Any, *, forward: Callable[..., Any] | None = None) -> list[Any]:
     """Outputs of the ONNX graph at ``path`` on the tensors of ``example_input`` (read as ``convert`` reads it).
 
-    Graph inputs are fed by name where every one is named after a tensor argument of ``forward`` (the
-    exporters' naming), else in order, keyword arguments in ``forward``'s parameter order.
-    """
+    Graph inputs are fed by name where every one is named after a tensor argument of ``forward`` (the exporters'
+    naming), else in order, keyword arguments in ``forward``'s parameter order."""
     example = read_example(example_input)
     session = onnxruntime_session(path)
     names = [i.name for i in session.get_inputs()]
@@ -77,8 +75,7 @@ def run_onnxruntime(path: str, example_input: Any, *, forward: Callable[..., Any
     if forward is not None and len(named) != len(names):
         named = example.tensors_in_signature_order(forward, defaults_as_inputs=True)
     by_name = dict(named)
-    # The TorchScript exporter names an input after its parameter with a suffix ("x.1") and drops
-    # inputs the graph does not use, so names are the only safe match where they are there.
+    # The TorchScript exporter suffixes input names ("x.1") and drops unused inputs: match by name where there are names
     parameters = {name: re.sub(r"\.\d+$", "", name) for name in names}
     if len(by_name) == len(named) and set(parameters.values()) <= set(by_name):
         feeds = {name: by_name[parameter] for name, parameter in parameters.items()}
@@ -95,12 +92,11 @@ def run_onnxruntime(path: str, example_input: Any, *, forward: Callable[..., Any
 def verify_onnx(path: str, model: nn.Module, example_input: Any, *, rtol: float = 1e-4, atol: float = 1e-5) -> Verification:
     """Check the file and compare onnxruntime with ``model`` on the example.
 
-    An output passes where ``|ort - torch| <= atol * scale + rtol * |torch|`` elementwise, with
-    ``scale`` the output's largest magnitude (at least 1): deep networks with random weights reach
-    outputs in the thousands, where float32 accumulation alone leaves absolute errors near 1e-3 on
-    elements close to zero — in the stock export of the original model too. A float16 or bfloat16
-    output is held to at least four units of its last place (both sides round to it).
-    """
+    An output passes where ``|ort - torch| <= atol * scale + rtol * |torch|`` elementwise, with ``scale`` the output's
+    largest magnitude (at least 1): deep networks with random weights reach outputs in the thousands, where float32
+    accumulation alone leaves absolute errors near 1e-3 on elements close to zero — in the stock export of the
+    original model too. A float16 or bfloat16 output is held to at least four units of its last place (both sides
+    round to it)."""
     require("onnx", "ONNX verification")
     require("onnxruntime", "ONNX verification (pass verify=False, or --no-verify, to export unverified)")
     import onnx
@@ -127,7 +123,8 @@ def _verify_float32_copy(path: str, model: nn.Module, example: Example, rtol: fl
 
     widened = float32_copy(onnx.load(path))
     model32 = copy.deepcopy(model).float()  # a deep copy: .float() would write the caller's parameters
-    example32 = Example(*tree_map(_as_float32, (example.args, dict(example.kwargs))))
+    floats = (example.args, dict(example.kwargs))
+    example32 = Example(*tree_map_only(torch.Tensor, lambda t: t.float() if t.is_floating_point() else t, floats))
     with tempfile.TemporaryDirectory() as folder:
         copy_path = os.path.join(folder, "float32.onnx")
         onnx.save(widened, copy_path)
@@ -190,10 +187,6 @@ def _low_precision_types(path: str) -> list[str]:
             types.add(value.type.tensor_type.elem_type)
     names = {onnx.TensorProto.DataType.Name(t) for t in types}
     return [name.lower() for name in ("BFLOAT16", "FLOAT16") if name in names]
-
-
-def _as_float32(value: Any) -> Any:
-    return value.float() if isinstance(value, torch.Tensor) and value.is_floating_point() else value
 
 
 def _expected(model: nn.Module, example: Example) -> list[torch.Tensor]:

@@ -1,11 +1,10 @@
 """Output files written atomically: a failed or interrupted export never destroys or truncates a file.
 
-The exporter writes into a staging folder beside the target (the same file system, so ``os.replace`` is
-atomic); :meth:`Staging.commit` moves each file into place, companions such as ``NAME.onnx.data`` first and
-the graph last, or :meth:`Staging.set_aside` moves a graph that failed its check to ``NAME.failed/``. The
-staging folder is removed on the way out, whatever happens; one left by a killed process
-(``.NAME.fxpool-partial-PID-*``) is removed by the next export to the same target.
-"""
+The exporter writes into a staging folder beside the target (the same file system, so ``os.replace`` is atomic);
+:meth:`Staging.commit` moves each file into place, companions such as ``NAME.onnx.data`` first and the graph last, or
+:meth:`Staging.set_aside` moves a graph that failed its check to ``NAME.failed/``. The staging folder is removed on
+the way out, whatever happens; one left by a killed process (``.NAME.fxpool-partial-PID-*``) is removed by the next
+export to the same target."""
 
 from __future__ import annotations
 
