@@ -19,7 +19,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
 from .calls import describe_function, is_pool_function
-from .copying import structural_copy, tree_index
+from .copying import structural_copy, tree_modules
 from .errors import error_summary
 from .example import Example, example_run
 from .globalstate import export_flag
@@ -130,7 +130,7 @@ def isolated_run(model: nn.Module, example: Example) -> Iterator[None]:
     held back (a GraphModule that raises prints its code there), and the buffers the copy shares with the caller's
     model (batch-norm statistics) replaced by clones until the run ends, in place, for a graph sharing the dict."""
     saved: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
-    for module in tree_index(model)[0]:
+    for module in tree_modules(model):
         buffers = module._buffers
         if buffers and id(buffers) not in saved:
             saved[id(buffers)] = (buffers, dict(buffers))
@@ -191,7 +191,7 @@ def self_check(converted: nn.Module, example: Example, reference: Any, export_re
 def _check_run(converted: nn.Module, example: Example, reference: Any, export: bool) -> SelfCheck:
     checks: list[ReplacementCheck] = []
     with ExitStack() as stack:
-        for module in tree_index(converted)[0]:
+        for module in tree_modules(converted):
             if hasattr(module, "fxpool_native_reference"):
                 stack.enter_context(module.register_forward_hook(_replacement_hook(checks), prepend=True))
         output, raised = _run(converted, example, export_flag(export))

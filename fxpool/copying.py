@@ -166,6 +166,11 @@ def tree_index(root: nn.Module) -> tuple[list[nn.Module], dict[int, list[str]]]:
     return list(modules.values()), paths
 
 
+def tree_modules(root: nn.Module) -> list[nn.Module]:
+    """Every module of ``root``'s tree once, ``root`` first: ``root.modules()`` and those held in plain attributes."""
+    return tree_index(root)[0]
+
+
 def carry_hooks(source: nn.Module, target: nn.Module) -> None:
     """Give ``target`` copies of every hook dict of ``source``: its calls run the same hooks (with ``target`` as module)."""
     for name in HOOK_DICTS:

@@ -71,8 +71,7 @@ def spatial_back(y: torch.Tensor, lead: Any, dims: int) -> torch.Tensor:
 
 
 def _along(mask: torch.Tensor, dim: int, dims: int) -> torch.Tensor:
-    """An ``(o, k)`` mask shaped to broadcast against a block gathered at spatial axis ``dim`` of a
-    :func:`spatial_first` tensor of ``dims`` spatial axes."""
+    """An ``(o, k)`` mask shaped to broadcast against a block gathered at spatial axis ``dim`` of ``dims``."""
     return mask.reshape(mask.shape + (1,) * (dims - dim))
 
 

@@ -35,8 +35,7 @@ MAX_POOLS = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 
 
 def keep_memory_format(source: torch.Tensor, result: torch.Tensor, spatial_dims: int) -> torch.Tensor:
-    """``result`` in the layout PyTorch's adaptive pools give for ``source``: 2d pools keep channels-last,
-    3d pools return a contiguous tensor."""
+    """``result`` in the layout PyTorch's adaptive pools give for ``source`` (2d keeps channels-last, 3d is contiguous)."""
     if not isinstance(source, torch.Tensor):  # a Proxy under torch.fx
         return result
     if spatial_dims == 3:
@@ -152,8 +151,7 @@ def window_counts(windows: Sequence[tuple[int, int] | None]) -> torch.Tensor:
 
 
 def move_spatial_axes(x: torch.Tensor, dims: int, first: bool) -> torch.Tensor:
-    """The ``dims`` trailing spatial axes moved in front of the others (``first``), or the leading ones
-    moved back behind them, contiguous: one Transpose in ONNX."""
+    """The ``dims`` trailing spatial axes moved in front (``first``) or back behind the others, contiguous: one Transpose."""
     rank = x.dim()
     lead = rank - dims if first else dims
     return x.permute(list(range(lead, rank)) + list(range(lead))).contiguous()

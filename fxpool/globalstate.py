@@ -124,8 +124,7 @@ def unpatched_export(export_fn: Callable[..., Any]) -> Callable[..., Any]:
 
 @contextmanager
 def exports_routed() -> Iterator[None]:
-    """While inside, ``torch.onnx.export`` is fxpool's stand-in (:func:`_stand_in_for`) in every thread, restored
-    when the last one leaves."""
+    """While inside, ``torch.onnx.export`` is fxpool's stand-in (:func:`_stand_in_for`) in every thread, till the last leaves."""
     global _routes, _unpatched_export, _patched_export
     with LOCK:
         if _routes == 0:

@@ -39,10 +39,9 @@ from .steps import (
 )
 from .windows import uniform_stride, upsample_factor, window_lengths
 
-# The limits between forms are fitted to onnxruntime on the CPU, forms timed side by side (``make bench``; the
-# tables are in docs/results/benchmarks.md, the history in docs/export.md). A general average axis: a stride-1
-# AvgPool per window length while windows are short (10->7: 2.6 ms against 4.0 for slices), each window sliced
-# while they are few (64->6: 1.8 against 5.3 for gathers, and on 3d pools), else gathered.
+# The limits between forms are fitted to onnxruntime on the CPU (``make bench``; docs/results/benchmarks.md). A general
+# average axis: a stride-1 AvgPool per window length while windows are short (10->7: 2.6 ms against 4.0 for slices),
+# each window sliced while they are few (64->6: 1.8 against 5.3 for gathers, and 3d pools), else gathered.
 SLIDING_MAX_LENGTH = 4
 SLICES_MAX_WINDOWS = 128
 # The max family's window maxima move the spatial axes first from this many entries copied one by one per input

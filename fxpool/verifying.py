@@ -92,11 +92,9 @@ def run_onnxruntime(path: str, example_input: Any, *, forward: Callable[..., Any
 def verify_onnx(path: str, model: nn.Module, example_input: Any, *, rtol: float = 1e-4, atol: float = 1e-5) -> Verification:
     """Check the file and compare onnxruntime with ``model`` on the example.
 
-    An output passes where ``|ort - torch| <= atol * scale + rtol * |torch|`` elementwise, with ``scale`` the output's
-    largest magnitude (at least 1): deep networks with random weights reach outputs in the thousands, where float32
-    accumulation alone leaves absolute errors near 1e-3 on elements close to zero — in the stock export of the
-    original model too. A float16 or bfloat16 output is held to at least four units of its last place (both sides
-    round to it)."""
+    An output passes where ``|ort - torch| <= atol * scale + rtol * |torch|``, ``scale`` its largest magnitude (at
+    least 1): random deep networks reach outputs in the thousands, where float32 sums alone leave errors near 1e-3
+    on elements near zero (in the stock export too). Float16 and bfloat16 get at least four units in the last place."""
     require("onnx", "ONNX verification")
     require("onnxruntime", "ONNX verification (pass verify=False, or --no-verify, to export unverified)")
     import onnx
