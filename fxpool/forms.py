@@ -93,6 +93,12 @@ def window_block_maxima(x: torch.Tensor, dim: int, positions: torch.Tensor, out_
     return nan_flagged(windows.amax(dim + 1), windows.abs().sum(dim + 1))
 
 
+def window_slice_maxima(x: torch.Tensor, dim: int, bounds: Sequence[tuple[int, int]]) -> torch.Tensor:
+    """Each window sliced out and reduced by a ReduceMax with its NaN flag (:func:`nan_flagged`), concatenated."""
+    windows = [x.narrow(dim, start, end - start) for start, end in bounds]
+    return torch.cat([nan_flagged(w.amax(dim, keepdim=True), w.abs().sum(dim, keepdim=True)) for w in windows], dim)
+
+
 def nan_flagged(maxima: torch.Tensor, magnitudes: torch.Tensor) -> torch.Tensor:
     """``maxima`` with NaN where ``magnitudes`` (a window's sum of absolute values: NaN exactly where it holds NaN)
     is: ``-inf - magnitudes`` as Max's second operand, the one whose NaN OpenVINO's Max keeps (onnxruntime's
@@ -325,6 +331,8 @@ def run_onnx_steps(module: Any, x: torch.Tensor) -> torch.Tensor:
         if isinstance(step, WindowReduceStep) and step.family == "max" and step.span > WINDOW_MAXIMA_MAX_GATHERS:
             indices = getattr(module, f"indices_onnx_{index}")
             x = window_block_maxima(x, first_spatial + step.axis, indices, step.out_size, step.span)
+        elif isinstance(step, WindowSlicesStep):  # the max family's few long windows
+            x = window_slice_maxima(x, first_spatial + step.axis, window_bounds(step.in_size, step.out_size))
         elif isinstance(step, WindowReduceStep) and step.family == "max":
             gathers = [getattr(module, f"indices_onnx_{index}_{j}") for j in range(step.span)]
             x = window_maxima(x, first_spatial + step.axis, gathers)

@@ -44,9 +44,6 @@ from .windows import uniform_stride, upsample_factor, window_lengths
 # each window sliced while they are few (64->6: 1.8 against 5.3 for gathers, and 3d pools), else gathered.
 SLIDING_MAX_LENGTH = 4
 SLICES_MAX_WINDOWS = 128
-# The max family's window maxima move the spatial axes first from this many entries copied one by one per input
-# entry (:func:`last_axis_copies`): won at 50x50->6x6 (0.13), lost at 56x56->6x6 (0.115).
-SPATIAL_FIRST_MIN_COPIES = 0.12
 # The average family's window sums replace sliding AvgPools and slices in ONNX export from this many last-axis
 # copies: won at 33x33->6x6 (0.198), lost at 40x40->6x6 (0.18).
 WINDOW_SUMS_MIN_COPIES = 0.19
@@ -61,18 +58,13 @@ AVERAGE_FORM_LIMITS: dict[str, dict[str, float]] = {
     "gather": {"SLIDING_MAX_LENGTH": 0, "SLICES_MAX_WINDOWS": 0, "WINDOW_SUMS_MIN_COPIES": 1 << 30},
     "window": {"WINDOW_SUMS_MIN_COPIES": 0},
 }
-# The same for the max family's window maxima: kept in the input's layout, or spatial axes first.
-MAX_FORM_LIMITS: dict[str, dict[str, float]] = {
-    "input_layout": {"SPATIAL_FIRST_MIN_COPIES": 1 << 30},
-    "spatial_first": {"SPATIAL_FIRST_MIN_COPIES": 0},
-}
 
 
 @contextmanager
 def forced_form(form: str) -> Iterator[None]:
-    """Plan as ``form`` (a key of :data:`AVERAGE_FORM_LIMITS` or :data:`MAX_FORM_LIMITS`) inside the
-    block, and restore the fitted limits after it. Changes module state: not for concurrent planning."""
-    limits = (AVERAGE_FORM_LIMITS | MAX_FORM_LIMITS)[form]
+    """Plan as ``form`` (a key of :data:`AVERAGE_FORM_LIMITS`) inside the block, and restore the fitted limits
+    after it. Changes module state: not for concurrent planning."""
+    limits = AVERAGE_FORM_LIMITS[form]
     saved = {name: globals()[name] for name in limits}
     globals().update(limits)
     try:
@@ -221,18 +213,23 @@ def onnx_window_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple
     general = ("gather",) if family == "max" else ("sliding", "slices", "gather")
     if not any(axis.kind in general for axis in axes):
         return onnx_block_steps(family, axes)
-    copies = last_axis_copies(axes)
-    if family == "avg" and copies < WINDOW_SUMS_MIN_COPIES:
+    if family == "avg" and last_axis_copies(axes) < WINDOW_SUMS_MIN_COPIES:
         return ()
     lengths = {i: window_lengths(axis.in_size, axis.out_size) for i, axis in enumerate(axes) if axis.kind in POOLED_KINDS}
     pooled = list(lengths)
-    steps: list[Step] = [WindowReduceStep(family, i, axes[i].in_size, axes[i].out_size, lengths[i][-1]) for i in pooled]
+    steps: list[Step] = [
+        WindowSlicesStep(i, a.in_size, a.out_size)
+        if family == "max" and _few_long_windows(a.in_size, a.out_size)
+        else WindowReduceStep(family, i, a.in_size, a.out_size, lengths[i][-1])
+        for i, a in ((i, axes[i]) for i in pooled)
+    ]
     if family == "avg":
         uneven = tuple(i for i in pooled if len(lengths[i]) > 1)
         windows = tuple((a.in_size, a.out_size) if i in pooled else None for i, a in enumerate(axes))
         steps = [WindowZeroStep(uneven)] * bool(uneven) + steps + [WindowCountStep(windows)]
-    if family == "avg" or copies >= SPATIAL_FIRST_MIN_COPIES:
-        steps = [SpatialLayoutStep(True), *steps, SpatialLayoutStep(False)]
+    # Spatial axes first, every gather copying whole rows: with the max family's NaN flag that won on every max case
+    # of make bench at 1 thread (1.19-5.3x the input layout's speed, 2026-12-07) and on all but 4x8->6x16 at 2 (0.94).
+    steps = [SpatialLayoutStep(True), *steps, SpatialLayoutStep(False)]
     if any(axis.kind == "upsample" for axis in axes):
         steps.append(UpsampleStep(tuple(None if axis.follows_input else axis.out_size for axis in axes)))
     return tuple(steps)
@@ -311,6 +308,14 @@ def _steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]
 # Under torch.export slices' symbolic bounds add guards that named Dims refuse: torch.export always gets gathers.
 DYNAMIC_SLICES_MAX_WINDOWS = 16
 DYNAMIC_SLICES_MIN_LENGTH = 8
+
+
+def _few_long_windows(in_size: int, out_size: int) -> bool:
+    """Slices win for max pools in ONNX export too, static or not: each window's ReduceMax and NaN flag beside
+    gathers of 12 entries' positions ran PSP 64->6 over 512 channels in 2.8 ms against 5.5 (1 thread, 2026-12-07)."""
+    return out_size <= DYNAMIC_SLICES_MAX_WINDOWS and in_size >= DYNAMIC_SLICES_MIN_LENGTH * out_size
+
+
 DynamicKind = Literal["gathers", "slices"]
 
 

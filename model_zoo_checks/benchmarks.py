@@ -21,9 +21,6 @@ repeat, after a warm-up, and the median of the repeats is reported. Sections:
   by side in onnxruntime (one thread), against the planner's pick: the data
   :data:`fxpool.planning.SLIDING_MAX_LENGTH`, ``SLICES_MAX_WINDOWS`` and ``WINDOW_SUMS_MIN_COPIES``
   are fitted to.
-- ``maxforms``: the max family's window maxima (ONNX export's form of general max axes) in the input's
-  layout and with the spatial axes moved in front, in onnxruntime at one and two threads, against the
-  planner's pick: the data :data:`fxpool.planning.SPATIAL_FIRST_MIN_COPIES` is fitted to.
 - ``dynamic``: one ``dynamic=True`` graph per pool case run at the example's size and two others, against
   fxpool's static graph for each size, OpenVINO's native op compiled with dynamic shapes and the read-once
   floor, at 1 and 2 threads, with its peak memory (:mod:`model_zoo_checks.dynamic_benchmarks`).
@@ -122,23 +119,6 @@ AVERAGE_FORM_CASES: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
     ((8, 64, 1000), (600,)),
     ((2, 16, 3000), (101,)),
     ((2, 64, 5, 10, 10), (3, 7, 7)),
-)
-# (input shape, output size): max pools with general windows, on both sides of SPATIAL_FIRST_MIN_COPIES
-MAX_FORM_CASES: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
-    ((8, 512, 10, 10), (7, 7)),
-    ((8, 512, 14, 14), (6, 6)),
-    ((1, 512, 20, 20), (7, 7)),
-    ((4, 256, 25, 25), (7, 7)),
-    ((1, 512, 33, 33), (6, 6)),
-    ((1, 512, 40, 40), (6, 6)),
-    ((1, 512, 50, 50), (6, 6)),
-    ((1, 512, 56, 56), (6, 6)),
-    ((1, 512, 64, 64), (6, 6)),
-    ((2, 256, 100, 60), (6, 6)),
-    ((8, 512, 4, 8), (6, 16)),
-    ((8, 64, 1000), (101,)),
-    ((8, 64, 1000), (600,)),
-    ((2, 64, 9, 10, 11), (4, 3, 7)),
 )
 
 
@@ -474,43 +454,6 @@ def average_forms_section(repeats: int) -> list[dict[str, Any]]:
     return rows
 
 
-def max_forms_section(repeats: int) -> list[dict[str, Any]]:
-    """The max family's window maxima in both layouts (the input's, spatial axes first), in onnxruntime at
-    one and two threads, and the planner's pick: the data :data:`fxpool.planning.SPATIAL_FIRST_MIN_COPIES`
-    is fitted to."""
-    from fxpool import planning, steps
-
-    rows = []
-    with tempfile.TemporaryDirectory() as workdir:
-        for shape, output in MAX_FORM_CASES:
-            dims = len(output)
-            x = torch.randn(shape)
-            _, paths = _forced_forms("max", list(planning.MAX_FORM_LIMITS), x, output, workdir)
-            chosen = planning.choose_plan("max", tuple(shape[-dims:]), output)
-            spatial_first = any(isinstance(step, steps.SpatialLayoutStep) for step in chosen.onnx_steps)
-            picked = "spatial_first" if spatial_first else "input_layout"
-            row: dict[str, Any] = {
-                "shape": list(shape),
-                "output": list(output),
-                "copies": planning.last_axis_copies(chosen.axes),
-                "picked": picked,
-            }
-            array = x.numpy()
-            for threads in RUNTIME_THREADS:
-                sessions = ort_sessions(paths, threads=threads)
-                times = side_by_side(
-                    {f: (lambda s=s: s.run(None, {s.get_inputs()[0].name: array})) for f, s in sessions.items()}, repeats
-                )
-                row.update({f"t{threads}_ort_{form}": t for form, t in times.items()})
-                row[f"t{threads}_best"] = min(times, key=times.__getitem__)
-            rows.append(row)
-            label = f"{'x'.join(map(str, shape))}→{'x'.join(map(str, output))}"
-            cells = " | ".join(f"{row[f't{t}_ort_{f}'] * 1e3:.3f}" for t in RUNTIME_THREADS for f in planning.MAX_FORM_LIMITS)
-            ratios = " | ".join(f"{row[f't{t}_ort_{picked}'] / row[f't{t}_ort_' + row[f't{t}_best']]:.2f}" for t in RUNTIME_THREADS)
-            print(f"| {label} | {row['copies']:.2f} | {cells} | {picked} | {ratios} |", flush=True)
-    return rows
-
-
 def _ratio(row: dict[str, Any], a: str, b: str, spec: str = ".2f") -> str:
     return format(row[a] / row[b], spec) if a in row and b in row else "-"
 
@@ -533,8 +476,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--sections",
         nargs="*",
-        default=["pools", "convert", "avgforms", "maxforms", "dynamic", "quantization"],
-        choices=["pools", "convert", "avgforms", "maxforms", "quantization", "models", "compile", "aoti", "dynamic"],
+        default=["pools", "convert", "avgforms", "dynamic", "quantization"],
+        choices=["pools", "convert", "avgforms", "quantization", "models", "compile", "aoti", "dynamic"],
         help="models, compile and aoti (whole models, torch.compile, AOTInductor: model_zoo_checks.model_benchmarks) "
         "are asked for by name; make gpu-checks runs them on the GPU",
     )
@@ -572,8 +515,6 @@ HEADERS = {
     "| convert's extra peak MB, of the forward's |\n|---|---|---|---|---|---|---|---|---|\n",
     "avgforms": "\n| average pool | ORT sliding ms | ORT slices ms | ORT gather ms | ORT window ms "
     "| ORT window (dynamo) ms | picked | best | picked / best |\n|---|---|---|---|---|---|---|---|---|\n",
-    "maxforms": "\n| max pool | last-axis copies | ORT input layout ms (1 thread) | spatial first | input layout (2 threads) "
-    "| spatial first | picked | picked / best (1 thread) | (2 threads) |\n|---|---|---|---|---|---|---|---|---|\n",
     "quantization": "\n" + quantization.HEADER,
     "dynamic": dynamic_benchmarks.HEADER,
     "models": "\n| model | size | dtype | original ms | converted ms | converted / original |\n|---|---|---|---|---|---|\n",
@@ -588,8 +529,6 @@ def run_section(section: str, args: argparse.Namespace, device: str, dtypes: tup
         return convert_section(args.convert_repeats)
     if section == "avgforms":
         return average_forms_section(args.repeats)
-    if section == "maxforms":
-        return max_forms_section(args.repeats)
     if section == "dynamic":
         return dynamic_benchmarks.dynamic_section(SHAPES, args.repeats, args.cases)
     if section == "quantization":

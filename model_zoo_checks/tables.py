@@ -204,7 +204,7 @@ def measured_by(results: dict[str, Any], command: str) -> str:
     return f"{command}{f' of {date}' if date else ''}, torch {results.get('torch', '?')}, {device_words(results)}"
 
 
-BENCH_SECTIONS = ("run", "pools", "runtime", "convert", "models", "compile", "avgforms", "maxforms", "quantization", "aoti")
+BENCH_SECTIONS = ("run", "pools", "runtime", "convert", "models", "compile", "avgforms", "quantization", "aoti")
 
 
 def bench_markdown(results: dict[str, Any], sections: Sequence[str] = ()) -> str:
@@ -311,40 +311,6 @@ def bench_chunks(results: dict[str, Any]) -> dict[str, list[str]]:
                     _over(r, f"ort_{r['picked']}", f"ort_{r['best']}"),
                 )
                 for r in results["avgforms"]
-            ],
-        ) + [""]
-    if results.get("maxforms"):
-        lines = chunks["maxforms"] = [
-            "## The max family's two layouts in onnxruntime, and the planner's pick",
-            "",
-            "ONNX export's window maxima of a general max pool exported alone (TorchScript exporter) in the "
-            "input's layout and with the spatial axes moved in front, timed side by side at one and two "
-            "threads (ms), in bold the planner's pick (spatial axes first where the last-axis copies per input "
-            "entry, in brackets, reach `SPATIAL_FIRST_MIN_COPIES`); pick / best: the pick's time over the faster "
-            "layout's.",
-            "",
-        ]
-
-        def layout_cell(row: dict[str, Any], threads: int, form: str) -> str:
-            text = _fmt(row[f"t{threads}_ort_{form}"] * 1e3)
-            return f"**{text}**" if form == row["picked"] else text
-
-        lines += _table(
-            ("pool (copies)", "input layout", "spatial first", "pick / best", "2 threads: input", "spatial first", "pick / best"),
-            [
-                (
-                    f"{'x'.join(map(str, r['shape']))} → {'x'.join(map(str, r['output']))} ({_fmt(r['copies'])})",
-                    *(
-                        cell
-                        for t in (1, 2)
-                        for cell in (
-                            layout_cell(r, t, "input_layout"),
-                            layout_cell(r, t, "spatial_first"),
-                            _over(r, f"t{t}_ort_{r['picked']}", f"t{t}_ort_{r[f't{t}_best']}"),
-                        )
-                    ),
-                )
-                for r in results["maxforms"]
             ],
         ) + [""]
     if results.get("quantization"):

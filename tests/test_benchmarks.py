@@ -52,18 +52,6 @@ def test_average_form_rows_time_every_form_and_leave_the_planner_as_it_was(monke
     assert all(r[f"ort_{form}"] > 0 for r in rows for form in ("sliding", "slices", "gather", "window"))
 
 
-def test_max_form_rows_time_both_layouts_and_leave_the_planner_as_it_was(monkeypatch) -> None:
-    from fxpool import planning
-
-    monkeypatch.setattr(benchmarks, "MAX_FORM_CASES", (((1, 4, 10, 10), (7, 7)), ((1, 4, 64, 64), (6, 6))))
-    limit = planning.SPATIAL_FIRST_MIN_COPIES
-    rows = benchmarks.max_forms_section(repeats=1)
-    assert planning.SPATIAL_FIRST_MIN_COPIES == limit
-    assert [r["picked"] for r in rows] == ["spatial_first", "input_layout"]
-    timed = {f"t{t}_ort_{form}" for t in benchmarks.RUNTIME_THREADS for form in ("input_layout", "spatial_first")}
-    assert all(r[key] > 0 for r in rows for key in timed)
-
-
 @pytest.mark.cuda
 def test_gpu_eager_case_in_every_dtype() -> None:
     for dtype in benchmarks.DTYPES.values():

@@ -75,11 +75,3 @@ def test_average_forms_table_gives_each_form_and_the_picks_ratio_to_the_best() -
     text = tables.bench_markdown({"torch": "x", "threads": 1, "repeats": 3, "avgforms": [row, slow]})
     assert "| 8x512x10x10 → 7x7 | 2.50 | 3.90 | 4.00 | **1.25** | 1.30 | 1.00 |" in text  # bold: the pick
     assert "| 1x512x64x64 → 6x6 | 2.50 | **3.90** | 4.00 | - | 1.30 | 1.56 |" in text
-
-
-def test_max_forms_table_gives_both_layouts_per_thread_count_and_the_picks_ratio_to_the_best() -> None:
-    row = {"shape": [1, 512, 33, 33], "output": [6, 6], "copies": 0.198, "picked": "spatial_first"}
-    row |= {"t1_ort_input_layout": 0.9e-3, "t1_ort_spatial_first": 0.6e-3, "t1_best": "spatial_first"}
-    row |= {"t2_ort_input_layout": 0.6e-3, "t2_ort_spatial_first": 0.9e-3, "t2_best": "input_layout"}
-    text = tables.bench_markdown({"torch": "x", "threads": 1, "repeats": 3, "maxforms": [row]})
-    assert "| 1x512x33x33 → 6x6 (0.20) | 0.90 | **0.60** | 1.00 | 0.60 | **0.90** | 1.50 |" in text
