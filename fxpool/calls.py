@@ -181,8 +181,7 @@ def _as_tuple(size: Any) -> tuple[int | None, ...]:
 
 
 def describe_function(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[PoolCall, Any] | None:
-    """The pool call ``func(*args, **kwargs)`` makes and its input, or ``None`` if it is no pool; a size that is
-    not a constant is reported as ``dynamic_output_size``."""
+    """The pool call ``func(*args, **kwargs)`` makes and its input, or ``None``; a non-constant size is ``dynamic_output_size``."""
     form = _lookup(FUNCTION_FORMS, func)
     if form is None:
         return None

@@ -91,8 +91,7 @@ def zoo_available() -> bool:
 
 
 def build_parser(with_zoo: bool, program: bool = False) -> argparse.ArgumentParser:
-    """The parser; ``zoo`` is a command only where the sweep can run; ``--input-shape`` is optional for a ``.pt2``
-    MODEL (``program``), whose example inputs give the sizes."""
+    """The parser; ``zoo`` only where the sweep can run; ``--input-shape`` optional for a ``.pt2`` MODEL (``program``)."""
     parser = _Parser(prog="fxpool", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     import fxpool  # the package alone: its names load on first use
 

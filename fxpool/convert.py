@@ -189,8 +189,7 @@ def _convert_program(
 
 
 def _convert_exported(program: ExportedProgram, example: Example, dynamic: bool) -> tuple[ExportedProgram, ConversionReport]:
-    """The pipeline over ``program.module()``, then the rewritten module exported again as a program, which is
-    run against the original and read by the finder for the proof."""
+    """The pipeline over ``program.module()``, re-exported as a program, run against the original and read for the proof."""
     with LOCK:
         converted, report, reference = _pipeline(program.module(), example, dynamic, _graphs(PROGRAM_SCOPE))
         if not any(r.converted and r.form == "aten" for r in report.records):  # nothing replaced

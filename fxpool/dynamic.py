@@ -33,16 +33,14 @@ MAX_SINGLES = 8  # window entries gathered one per window before the rest is one
 
 
 def _div(numerator: Any, out_size: int) -> Any:
-    """``numerator // out_size`` for a non-negative numerator: an int, a SymInt, an fx Proxy, or a tensor
-    (sizes are 0-d tensors under ``torch.jit.trace``), which truncates: one ONNX Div, no floor fix-ups."""
+    """``numerator // out_size`` (non-negative: int, SymInt, Proxy, or a 0-d tensor, truncated: one ONNX Div)."""
     if isinstance(numerator, torch.Tensor):
         return torch.div(numerator, out_size, rounding_mode="trunc")
     return numerator // out_size
 
 
 def runtime_window_bounds(length: Any, out_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every window's start ``floor(i*L/o)`` and end ``ceil((i+1)*L/o)``, two int64 vectors of ``out_size``,
-    from a runtime length (an int, a SymInt, or a size tensor under ``torch.jit.trace``)."""
+    """Every window's start ``floor(i*L/o)`` and end ``ceil((i+1)*L/o)`` from a runtime length (int, SymInt, 0-d tensor)."""
     steps = torch.arange(out_size, device=device)
     starts = _div(steps * length, out_size)
     ends = _div((steps + 1) * length + (out_size - 1), out_size)
@@ -66,7 +64,7 @@ def spatial_first(x: torch.Tensor, dims: int) -> torch.Tensor:
 
 
 def spatial_back(y: torch.Tensor, lead: Any, dims: int) -> torch.Tensor:
-    """:func:`spatial_first` undone: ``(*spatial, B)`` as a contiguous ``(*lead, *spatial)``."""
+    """:func:`spatial_first` undone."""
     return y.permute([dims] + list(range(dims))).clone(memory_format=torch.contiguous_format).unflatten(0, lead)
 
 
@@ -122,8 +120,7 @@ def _at_least_one(count: Any) -> Any:
 
 
 def _first_maximum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The maximum of ``a`` (earlier positions) and ``b`` (later ones) as PyTorch's max pools pick it:
-    ``b`` only where it is greater or NaN, so a tie's gradient goes to ``a``."""
+    """``a`` (earlier positions) unless ``b`` is greater or NaN, as PyTorch's pools pick: a tie's gradient goes to ``a``."""
     return torch.where((b > a) | torch.isnan(b), b, a)
 
 

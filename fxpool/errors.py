@@ -70,8 +70,7 @@ EXTRA_PACKAGES = {"onnx": ("onnx", "onnxruntime", "onnxscript"), "zoo": ("torchv
 
 
 def require(module: str, needed_by: str) -> None:
-    """Import ``module`` or raise `MissingDependencyError` naming it, ``needed_by`` ("fxpool.export with
-    dynamo=True") and the pip line that installs it."""
+    """Import ``module`` or raise `MissingDependencyError` naming it, ``needed_by`` and the ``pip install`` line."""
     import importlib
 
     try:

@@ -146,8 +146,7 @@ def concat_zero(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 def window_counts(windows: Sequence[tuple[int, int] | None]) -> torch.Tensor:
-    """Every output's window size, one axis per spatial axis: the product of its window lengths along the
-    pooled axes (``(in_size, out_size)``), size 1 along the others."""
+    """Every output's window size: the product of its window lengths along the pooled axes (``(in, out)``)."""
     counts = torch.ones([1] * len(windows), dtype=torch.float64)
     for axis, window in enumerate(windows):
         if window is not None:

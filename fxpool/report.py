@@ -156,8 +156,7 @@ def _shape(shape: tuple[int, ...] | None) -> str:
 
 
 def _wrap(text: str, width: int, first: str, rest: str) -> list[str]:
-    """``text`` in lines of at most ``width`` columns, the first after ``first``, the others after ``rest``;
-    a word longer than a line (a deep module path) is broken."""
+    """``text`` in lines of at most ``width`` columns after ``first``, then ``rest``; an overlong word (a module path) is broken."""
     return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False) or [first.rstrip()]
 
 

@@ -94,8 +94,7 @@ _SCRIPTED_CHECK: list[Any] = []
 
 
 def traced_size_check(x: torch.Tensor, expected: tuple[int | None, ...], location: str) -> torch.Tensor:
-    """``x``, through a TorchScript function that ``torch.jit.trace`` keeps in its graph: the traced module raises
-    at another spatial size instead of returning wrong values."""
+    """``x`` through a TorchScript function ``torch.jit.trace`` keeps: the traced module raises at another spatial size."""
     if not _SCRIPTED_CHECK:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # torch.jit.script's deprecation: this is its one use
