@@ -117,7 +117,7 @@ def pools_figure(results: dict[str, Any]) -> Figure | None:
         figure.legend(handles=handles, loc="outside upper center", ncol=3, frameon=False)
         figure.supxlabel(
             "forward time in onnxruntime ÷ OpenVINO's native op's (log scale; left of the orange line: faster)\n"
-            + measured_by(results, "make bench"),
+            + measured_by(results, "make bench", "pools"),
             fontsize=8,
         )
     return figure
@@ -159,7 +159,7 @@ def convert_figure(results: dict[str, Any]) -> Figure | None:
             memory_ax.grid(axis="x", alpha=0.3)
         else:
             memory_ax.set_axis_off()
-        figure.supxlabel(measured_by(results, "make bench"), fontsize=8)
+        figure.supxlabel(measured_by(results, "make bench", "convert"), fontsize=8)
     return figure
 
 

@@ -198,9 +198,10 @@ def device_words(results: dict[str, Any]) -> str:
     return f"the CPU{cpu}{threads}"
 
 
-def measured_by(results: dict[str, Any], command: str) -> str:
-    """One line naming the run: the command, its date, torch and the device (a figure's footer)."""
-    date = when(results)
+def measured_by(results: dict[str, Any], command: str, section: str = "") -> str:
+    """One line naming the run: the command, its date (``section``'s own where the report was merged from runs of
+    several days: ``dates``), torch and the device (a figure's footer)."""
+    date = when({"date": (results.get("dates") or {}).get(section) or results.get("date")})
     return f"{command}{f' of {date}' if date else ''}, torch {results.get('torch', '?')}, {device_words(results)}"
 
 
@@ -230,6 +231,10 @@ def bench_markdown(results: dict[str, Any], sections: Sequence[str] = ()) -> str
 def bench_chunks(results: dict[str, Any]) -> dict[str, list[str]]:
     """Each section's markdown lines (:data:`BENCH_SECTIONS`), those with data only."""
     date = when(results)
+    dates = results.get("dates") or {}
+    for day in sorted({day for day in dates.values() if day != results.get("date")}):  # sections of other days
+        names = sorted(name for name, other in dates.items() if other == day)
+        date += f" ({', '.join(names[:-1])}{' and ' if len(names) > 1 else ''}{names[-1]} on {when({'date': day})})"
     chunks: dict[str, list[str]] = {}
     chunks["run"] = [
         f"Measured{f' on {date}' if date else ''} with torch {results.get('torch')} on {device_words(results)}, "

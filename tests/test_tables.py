@@ -75,3 +75,14 @@ def test_average_forms_table_gives_each_form_and_the_picks_ratio_to_the_best() -
     text = tables.bench_markdown({"torch": "x", "threads": 1, "repeats": 3, "avgforms": [row, slow]})
     assert "| 8x512x10x10 → 7x7 | 2.50 | 3.90 | 4.00 | **1.25** | 1.30 | 1.00 |" in text  # bold: the pick
     assert "| 1x512x64x64 → 6x6 | 2.50 | **3.90** | 4.00 | - | 1.30 | 1.56 |" in text
+
+
+def test_a_report_merged_from_runs_of_several_days_names_each_sections_day() -> None:
+    results = {"torch": "x", "threads": 2, "repeats": 7, "date": "2026-12-07", "dates": {"pools": "2026-12-07"}}
+    results["dates"] |= {"convert": "2026-12-06", "avgforms": "2026-12-06"}
+    assert tables.bench_markdown(results, ["run"]).startswith(
+        "Measured on 7 December 2026 (avgforms and convert on 6 December 2026)"
+    )
+    assert "make bench of 6 December 2026" in tables.measured_by(results, "make bench", "convert")
+    assert "make bench of 7 December 2026" in tables.measured_by(results, "make bench", "pools")
+    assert "make bench of 7 December 2026" in tables.measured_by(results, "make bench")
