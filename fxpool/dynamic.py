@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .forms import keep_memory_format, nan_flagged, needs_gradient, span_sum
+from .forms import flagged_maximum, keep_memory_format, needs_gradient, span_sum
 from .planning import DynamicKind
 from .replacements import native_pool_function, native_pool_module, normalized_output_size
 from .sizechecks import check_input, plain_eager, static_size
@@ -48,8 +48,7 @@ def runtime_window_bounds(length: Any, out_size: int, device: torch.device) -> t
 
 
 def gather_windows(x: torch.Tensor, dim: int, indices: torch.Tensor) -> torch.Tensor:
-    """``x``'s entries at ``indices`` (``(o, span)``) along ``dim``: one Gather with 2-D indices under the TorchScript
-    exporter, a Gather and a Reshape under torch.export (whose indexing by a tensor becomes GatherND)."""
+    """``x``'s entries at ``indices`` (``(o, span)``) along ``dim``; index_select under torch.export, where indexing is GatherND."""
     if torch.jit.is_tracing():
         return x[(slice(None),) * dim + (indices,)]
     return x.index_select(dim, indices.reshape(-1)).unflatten(dim, (indices.shape[0], indices.shape[1]))
@@ -159,9 +158,9 @@ def _positions(starts: torch.Tensor, offset: Any, count: Any, y: torch.Tensor, e
 
 def _block_maximum(windows: torch.Tensor, dim: int, flag_nan: bool, grad: bool) -> torch.Tensor:
     """The maximum over ``dim``: ``torch.max`` for a gradient (to the first maximum), ``amax`` for values, and
-    under ONNX export a ReduceMax with NaN where the block holds one (:func:`~fxpool.forms.nan_flagged`)."""
+    under ONNX export :func:`~fxpool.forms.flagged_maximum`."""
     if flag_nan:
-        return nan_flagged(windows.amax(dim), windows.abs().sum(dim))
+        return flagged_maximum(windows, dim)
     return torch.max(windows, dim).values if grad else windows.amax(dim)
 
 

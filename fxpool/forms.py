@@ -67,9 +67,8 @@ def window_gather_indices(in_size: int, out_size: int, span: int, zero_padded: b
 
 
 def window_position_indices(in_size: int, out_size: int, span: int) -> list[torch.Tensor]:
-    """``span`` index vectors of ``out_size`` entries: vector ``j`` holds position ``j`` of every window,
-    a window shorter than ``span`` repeating its last position, so the elementwise maximum of the
-    gathered vectors is each window's maximum."""
+    """``span`` index vectors: vector ``j`` holds position ``j`` of every window (a shorter window repeating its last),
+    so the elementwise maximum of the gathered vectors is each window's maximum."""
     bounds = window_bounds(in_size, out_size)
     return [torch.tensor([min(start + j, end - 1) for start, end in bounds], dtype=torch.int64) for j in range(span)]
 
@@ -87,16 +86,18 @@ def window_maxima(x: torch.Tensor, dim: int, gathers: Sequence[torch.Tensor]) ->
 
 
 def window_block_maxima(x: torch.Tensor, dim: int, positions: torch.Tensor, out_size: int, span: int) -> torch.Tensor:
-    """Each window's maximum along ``dim`` from one gather of its positions and one ReduceMax (for long windows,
-    where :func:`window_maxima` makes thousands of ops), NaN where the window holds one (:func:`nan_flagged`)."""
-    windows = x.index_select(dim, positions).unflatten(dim, (out_size, span))
-    return nan_flagged(windows.amax(dim + 1), windows.abs().sum(dim + 1))
+    """Each window's :func:`flagged_maximum` along ``dim`` from one gather of its positions (long windows)."""
+    return flagged_maximum(x.index_select(dim, positions).unflatten(dim, (out_size, span)), dim + 1)
 
 
 def window_slice_maxima(x: torch.Tensor, dim: int, bounds: Sequence[tuple[int, int]]) -> torch.Tensor:
-    """Each window sliced out and reduced by a ReduceMax with its NaN flag (:func:`nan_flagged`), concatenated."""
-    windows = [x.narrow(dim, start, end - start) for start, end in bounds]
-    return torch.cat([nan_flagged(w.amax(dim, keepdim=True), w.abs().sum(dim, keepdim=True)) for w in windows], dim)
+    """Each window sliced out and reduced by :func:`flagged_maximum`, the maxima concatenated."""
+    return torch.cat([flagged_maximum(x.narrow(dim, start, end - start), dim, keepdim=True) for start, end in bounds], dim)
+
+
+def flagged_maximum(windows: torch.Tensor, dim: int, keepdim: bool = False) -> torch.Tensor:
+    """The maximum over ``dim`` (one ReduceMax), NaN where it holds one (:func:`nan_flagged`)."""
+    return nan_flagged(windows.amax(dim, keepdim=keepdim), windows.abs().sum(dim, keepdim=keepdim))
 
 
 def nan_flagged(maxima: torch.Tensor, magnitudes: torch.Tensor) -> torch.Tensor:
