@@ -16,6 +16,7 @@ One graph serves every size: no Loop, If, GatherND or ScatterND."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -80,7 +81,7 @@ def _symbolic(length: Any) -> bool:
 
 def window_sums(y: torch.Tensor, dim: int, dims: int, out_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Each window's sum along spatial axis ``dim`` of a :func:`spatial_first` tensor, and its size (``(o,)``).
-    Its first ``max(L // o, 1)`` entries are summed unmasked (:func:`_halves`); the at most two past them are
+    Its first ``max(L // o, 1)`` entries are summed unmasked (:func:`_in_groups`); the at most two past them are
     gathered one per window and masked to zero by Where past the window's end."""
     length = y.shape[dim]
     starts, ends = runtime_window_bounds(length, out_size, y.device)
@@ -93,24 +94,24 @@ def window_sums(y: torch.Tensor, dim: int, dims: int, out_size: int) -> tuple[to
         windows = gather_windows(y, dim, torch.minimum(positions, ends.unsqueeze(1) - 1))
         return span_sum(torch.where(_along(inside, dim, dims), windows, 0.0), dim + 1, dims + 2), ends - starts
     fewest = _at_least_one(_div(length, out_size))
-    parts = [
-        span_sum(gather_windows(y, dim, _positions(starts[rows], 0, fewest, y)), dim + 1, dims + 2)
-        for rows in _halves(out_size, fewest)
-    ]
-    sums = torch.cat(parts, dim) if len(parts) > 1 else parts[0]
-    del parts
+
+    def unmasked_sums(rows: slice) -> torch.Tensor:  # each group's gathered entries die in its sum
+        return span_sum(gather_windows(y, dim, _positions(starts[rows], 0, fewest, y)), dim + 1, dims + 2)
+
+    sums = _in_groups(out_size, fewest, 4, dim, unmasked_sums)
     for beyond in range(2):
         extra = starts + fewest + beyond  # its gathered entries die inside the Where: no third copy lives
         sums = sums + torch.where(_along(extra < ends, dim, dims), y.index_select(dim, torch.minimum(extra, ends - 1)), 0.0)
     return sums, ends - starts
 
 
-def _halves(out_size: int, count: Any, smallest: int = 4) -> list[slice]:
-    """The windows in two groups (so half a block lives at once) where each reads ``smallest`` or more entries at
-    the size traced, else in one. Split by windows, not entries: no group is empty at any size."""
+def _in_groups(out_size: int, count: Any, smallest: int, dim: int, reduce: Callable[[slice], torch.Tensor]) -> torch.Tensor:
+    """``reduce`` (of a slice of the windows) over two groups of windows, concatenated along ``dim``, where each reads
+    ``smallest`` or more entries at the size traced (half a block lives at once), else over all: never an empty one."""
     if static_size(count) < smallest:
-        return [slice(None)]
-    return [slice(0, (out_size + 1) // 2), slice((out_size + 1) // 2, None)]
+        return reduce(slice(None))
+    half = (out_size + 1) // 2
+    return torch.cat([reduce(slice(0, half)), reduce(slice(half, None))], dim)
 
 
 def _at_least_one(count: Any) -> Any:
@@ -143,11 +144,11 @@ def window_maxima(y: torch.Tensor, dim: int, out_size: int, flag_nan: bool) -> t
     for offset in range(1, singles):
         result = combine(result, y.index_select(dim, torch.minimum(starts + offset, ends - 1)))
     rest = _at_least_one(span - singles)  # traced, run at a smaller size: a repeat of the window's last entry
-    tops = [
-        _block_maximum(gather_windows(y, dim, _positions(starts[rows], singles, rest, y, ends[rows])), dim + 1, False, grad)
-        for rows in _halves(out_size, rest, 2)
-    ]  # each group's block dies in its reduction: nothing of it lives while the next is gathered
-    return combine(result, torch.cat(tops, dim) if len(tops) > 1 else tops[0])
+
+    def block_maxima(rows: slice) -> torch.Tensor:  # each group's block dies in its reduction
+        return _block_maximum(gather_windows(y, dim, _positions(starts[rows], singles, rest, y, ends[rows])), dim + 1, False, grad)
+
+    return combine(result, _in_groups(out_size, rest, 2, dim, block_maxima))
 
 
 def _positions(starts: torch.Tensor, offset: Any, count: Any, y: torch.Tensor, ends: Any = None) -> torch.Tensor:
