@@ -402,19 +402,17 @@ def _convert_memory(name: str) -> dict[str, float | None]:
         return {"forward_peak_MB": None, "convert_peak_MB": None}
 
 
-def _forced_forms(
-    family: str, forms: Sequence[str], x: torch.Tensor, output: tuple[int, ...], workdir: str
-) -> tuple[dict[str, nn.Module], dict[str, str]]:
-    """The pool planned as each of ``forms`` (:func:`fxpool.planning.forced_form`), and its graph from the
-    TorchScript exporter: the modules and the ONNX paths, by form."""
+def _forced_forms(x: torch.Tensor, output: tuple[int, ...], workdir: str) -> tuple[dict[str, nn.Module], dict[str, str]]:
+    """The average pool planned as each of its exact forms (:func:`fxpool.planning.forced_form`), and its graph from
+    the TorchScript exporter: the modules and the ONNX paths, by form."""
     from fxpool import planning
     from fxpool.replacements import ExactAdaptivePool
 
     modules: dict[str, nn.Module] = {}
     paths = {}
-    for form in forms:
+    for form in planning.AVERAGE_FORM_LIMITS:
         with planning.forced_form(form):
-            modules[form] = ExactAdaptivePool(planning.choose_plan(family, tuple(x.shape[-len(output) :]), output))  # type: ignore[arg-type]
+            modules[form] = ExactAdaptivePool(planning.choose_plan("avg", tuple(x.shape[-len(output) :]), output))
         paths[form] = f"{workdir}/{form}.onnx"
         torch.onnx.export(modules[form], (x,), paths[form], dynamo=False)
     return modules, paths
@@ -429,7 +427,7 @@ def average_forms_section(repeats: int) -> list[dict[str, Any]]:
         for shape, output in AVERAGE_FORM_CASES:
             dims = len(output)
             x = torch.randn(shape)
-            modules, paths = _forced_forms("avg", list(planning.AVERAGE_FORM_LIMITS), x, output, workdir)
+            modules, paths = _forced_forms(x, output, workdir)
             paths["window_dynamo"] = f"{workdir}/window_dynamo.onnx"  # the window form as the dynamo exporter writes it
             torch.onnx.export(modules["window"], (x,), paths["window_dynamo"], dynamo=True, verbose=False)
             sessions = ort_sessions(paths, threads=1)
