@@ -16,13 +16,14 @@ One graph serves every size: no Loop, If, GatherND or ScatterND."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
-from .forms import flagged_maximum, keep_memory_format, needs_gradient, span_sum
+from .forms import append_zeros, flagged_maximum, keep_memory_format, needs_gradient, span_sum
 from .planning import DynamicKind
 from .replacements import native_pool_function, native_pool_module, normalized_output_size
 from .sizechecks import check_input, plain_eager, static_size
@@ -30,6 +31,8 @@ from .sizechecks import check_input, plain_eager, static_size
 torch.fx.wrap("check_input")  # a leaf here too, so converted models trace again with torch.fx
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
+SHORT_WINDOWS = 4  # windows shorter than this on average at the size traced sum one zero-padded block (:func:`window_sums`)
+GROUPED_BLOCK_BYTES = 4 << 20  # a larger zero-padded block is read for two groups of windows in turn (less memory, as fast)
 MAX_SINGLES = 8  # window entries gathered one per window before the rest is one block (:func:`window_maxima`)
 
 
@@ -55,12 +58,16 @@ def gather_windows(x: torch.Tensor, dim: int, indices: torch.Tensor) -> torch.Te
     return x.index_select(dim, indices.reshape(-1)).unflatten(dim, (indices.shape[0], indices.shape[1]))
 
 
-def spatial_first(x: torch.Tensor, dims: int) -> torch.Tensor:
+def spatial_first(x: torch.Tensor, dims: int, zero_after: int | None = None) -> torch.Tensor:
     """``(*lead, *spatial)`` as a contiguous ``(*spatial, B)``, the leading axes flattened into one: one
     Transpose in ONNX (the flattening and its undoing are Reshapes, no copy). Every rank after it is known,
     under ``torch.fx`` too. A clone, not ``.contiguous()``: asking whether it is contiguous already guards on
-    the sizes (it is, at size 1), and the dynamo ONNX exporter drops the guard."""
-    return x.flatten(0, -dims - 1).permute(list(range(1, dims + 1)) + [0]).clone(memory_format=torch.contiguous_format)
+    the sizes (it is, at size 1), and the dynamo ONNX exporter drops the guard. With ``zero_after``, a zero
+    is appended to that spatial axis in the same copy (:func:`window_sums` of short windows reads it)."""
+    moved = x.flatten(0, -dims - 1).permute(list(range(1, dims + 1)) + [0])
+    if zero_after is not None:
+        return append_zeros(moved, [zero_after])  # contiguous: the padded copy is a new tensor
+    return moved.clone(memory_format=torch.contiguous_format)
 
 
 def spatial_back(y: torch.Tensor, lead: Any, dims: int) -> torch.Tensor:
@@ -79,20 +86,41 @@ def _symbolic(length: Any) -> bool:
     return isinstance(length, (torch.SymInt, torch.fx.Proxy)) or torch.compiler.is_compiling()  # strict export: dynamo's
 
 
-def window_sums(y: torch.Tensor, dim: int, dims: int, out_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def short_windows(length: Any, out_size: int) -> bool:
+    """Whether an axis's windows are short (:data:`SHORT_WINDOWS`) at the size traced, not symbolic."""
+    return out_size > 1 and not _symbolic(length) and static_size(length) < SHORT_WINDOWS * out_size
+
+
+def window_sums(
+    y: torch.Tensor, dim: int, dims: int, out_size: int, zero_appended: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Each window's sum along spatial axis ``dim`` of a :func:`spatial_first` tensor, and its size (``(o,)``).
-    Its first ``max(L // o, 1)`` entries are summed unmasked (:func:`_in_groups`); the at most two past them are
-    gathered one per window and masked to zero by Where past the window's end."""
-    length = y.shape[dim]
+    Short windows (:func:`short_windows`) gather ``ceil(L/o) + 1`` entries each from the tensor with a zero
+    appended (one Pad, unless ``zero_appended`` says :func:`spatial_first` appended it), reading the zero past
+    the window's end: one Gather and one ReduceSum, as the static form.
+    Longer ones sum their first ``max(L // o, 1)`` entries unmasked (:func:`_in_groups`), and the at most two past
+    them are gathered one per window and masked to zero by Where past the window's end (less memory)."""
+    length = y.shape[dim] - 1 if zero_appended else y.shape[dim]
     starts, ends = runtime_window_bounds(length, out_size, y.device)
     if out_size == 1:
         return span_sum(y, dim, dims + 1).unsqueeze(dim), ends - starts
+    short = short_windows(length, out_size)
+    if short or _symbolic(length):  # one block of ``ceil(L/o) + 1`` entries per window
+        positions = _positions(starts, 0, _div(length + (out_size - 1), out_size) + 1, y)
     if _symbolic(length):
-        span = _div(length + (out_size - 1), out_size) + 1
-        positions = _positions(starts, 0, span, y)
         inside = positions < ends.unsqueeze(1)
         windows = gather_windows(y, dim, torch.minimum(positions, ends.unsqueeze(1) - 1))
         return span_sum(torch.where(_along(inside, dim, dims), windows, 0.0), dim + 1, dims + 2), ends - starts
+    if short:  # past its end a window reads the zero appended at ``length``
+        padded = torch.where(positions < ends.unsqueeze(1), positions, length)
+        padded_y = y if zero_appended else append_zeros(y, [dim])
+
+        def block_sums(rows: slice) -> torch.Tensor:  # each group's block dies in its sum
+            return span_sum(gather_windows(padded_y, dim, padded[rows]), dim + 1, dims + 2)
+
+        across = math.prod(static_size(n) for axis, n in enumerate(y.shape) if axis != dim)
+        block_bytes = static_size(padded.numel()) * across * y.element_size()
+        return _in_groups(out_size, block_bytes, GROUPED_BLOCK_BYTES, dim, block_sums), ends - starts
     fewest = _at_least_one(_div(length, out_size))
 
     def unmasked_sums(rows: slice) -> torch.Tensor:  # each group's gathered entries die in its sum
@@ -106,8 +134,8 @@ def window_sums(y: torch.Tensor, dim: int, dims: int, out_size: int) -> tuple[to
 
 
 def _in_groups(out_size: int, count: Any, smallest: int, dim: int, reduce: Callable[[slice], torch.Tensor]) -> torch.Tensor:
-    """``reduce`` (of a slice of the windows) over two groups of windows, concatenated along ``dim``, where each reads
-    ``smallest`` or more entries at the size traced (half a block lives at once), else over all: never an empty one."""
+    """``reduce`` (of a slice of the windows) over two groups of windows, concatenated along ``dim``, where ``count``
+    (entries or bytes read) reaches ``smallest`` at the size traced (half a block lives at once), else over all."""
     if static_size(count) < smallest:
         return reduce(slice(None))
     half = (out_size + 1) // 2
@@ -271,11 +299,13 @@ class DynamicAdaptiveAvgPool(_DynamicPool):
             for axis, size in pooled:
                 x = slice_reduce(x, x.dim() - dims + axis, size, "avg", False)
         elif pooled:
-            lead = x.shape[:-dims]
-            x = spatial_first(x, dims)
+            lead, order = x.shape[:-dims], shrinking_first(pooled, source, dims)
+            first, first_size = order[0]
+            padded = short_windows(x.shape[first - dims], first_size)
+            x = spatial_first(x, dims, first if padded else None)
             counts = None
-            for axis, size in shrinking_first(pooled, source, dims):
-                x, count = window_sums(x, axis, dims, size)
+            for axis, size in order:
+                x, count = window_sums(x, axis, dims, size, padded and axis == first)
                 count = count.to(x.dtype).reshape([-1 if a == axis else 1 for a in range(dims)])
                 counts = count if counts is None else counts * count
             assert counts is not None

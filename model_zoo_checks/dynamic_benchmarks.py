@@ -161,7 +161,7 @@ def dynamic_section(shapes: Any, repeats: int, only: str = "") -> list[dict[str,
                 continue
             case = dynamic_case(family, shape, output, repeats, workdir)
             for size, times in case["sizes"].items():
-                row = {"case": name, "form": case["form"], "size": size, **times}
+                row = {"case": name, "form": case["form"], "size": size, "output": list(output), **times}
                 rows.append(row)
                 print(dynamic_line(row), flush=True)
     return rows

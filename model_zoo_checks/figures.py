@@ -4,6 +4,8 @@
   ``dynamic=True``), of the stock exporter's graph of the original and of the read-once floor, each
   over OpenVINO's native op on the same input, one panel per thread count (``bench.json``'s
   ``pools`` section, CPU);
+- :func:`dynamic_figure`: per pool case, one ``dynamic=True`` graph at three sizes over fxpool's static graph
+  and over OpenVINO's native op with dynamic shapes (``dynamic``);
 - :func:`convert_figure`: per model, ``fxpool.convert``'s time in eager forwards and the peak memory
   it adds (``convert``);
 - :func:`runtimes_figure`: models x deployment runtimes, the original beside fxpool's conversion,
@@ -163,6 +165,47 @@ def convert_figure(results: dict[str, Any]) -> Figure | None:
     return figure
 
 
+def dynamic_figure(results: dict[str, Any]) -> Figure | None:
+    """Per pool case, its one ``dynamic=True`` graph at three sizes, one thread: over fxpool's static graph for
+    each size, and over OpenVINO's native op compiled with dynamic shapes (``bench.json``'s ``dynamic``)."""
+    rows = [r for r in results.get("dynamic") or [] if r.get("t1_dynamic") and r.get("t1_static")]
+    if not rows:
+        return None
+    names = list(dict.fromkeys(r["case"] for r in rows))
+    panels = (
+        ("÷ fxpool's static graph", "t1_static", 1.5),
+        ("÷ OpenVINO's dynamic op", "t1_openvino_dynamic", 1.0),
+    )
+    markers = ("o", "^", "v")  # the example's size, about 1.3x and 0.7x of it
+    with matplotlib.rc_context(STYLE):
+        figure = Figure(figsize=(WIDTH, 1.7 + 0.3 * len(names)), layout="constrained")
+        axes = figure.subplots(1, 2, sharey=True)
+        for ax, (title, key, goal) in zip(axes, panels):
+            for r in rows:
+                if r.get(key):
+                    case_rows = [other for other in rows if other["case"] == r["case"]]
+                    marker = markers[case_rows.index(r) % len(markers)]
+                    ax.scatter(r["t1_dynamic"] / r[key], names.index(r["case"]), marker=marker, s=22, color=FXPOOL, zorder=3)
+            ax.axvline(goal, color=NATIVE, linewidth=2)
+            ax.set_xscale("log")
+            ax.set_title(title)
+            ax.grid(axis="x", which="major", alpha=0.3)
+        axes[0].set_yticks(range(len(names)), names)
+        axes[0].set_ylim(len(names) - 0.5, -0.5)
+        handles = [
+            Line2D([], [], color=FXPOOL, marker=m, linestyle="", label=label)
+            for m, label in zip(markers, ("the example's size", "about 1.3x it", "about 0.7x it"))
+        ]
+        handles += [Line2D([], [], color=NATIVE, linewidth=2, label="the issue's goal (1.5x static, 1.0x OpenVINO)")]
+        figure.legend(handles=handles, loc="outside upper center", ncol=4, frameon=False, fontsize=8)
+        figure.supxlabel(
+            "the dynamic graph's forward time in onnxruntime, one thread (log scale; left of the orange line: within the goal)\n"
+            + measured_by(results, 'make bench BENCH_ARGS="--sections dynamic"', "dynamic"),
+            fontsize=8,
+        )
+    return figure
+
+
 # The runtimes figure's colours and words, by tables.OUTCOMES entry.
 OUTCOME_STYLE = {
     "exact": ("runs, exact", "#3a9d5d"),
@@ -247,7 +290,7 @@ def gpu_figure(results: dict[str, Any]) -> Figure | None:
 
 # The figures of each report kind, by file stem: (kind's figures, stem suffix)
 FIGURES: dict[str, tuple[tuple[str, Callable[[dict[str, Any]], Figure | None]], ...]] = {
-    "bench": (("pools", pools_figure), ("convert", convert_figure)),
+    "bench": (("pools", pools_figure), ("dynamic", dynamic_figure), ("convert", convert_figure)),
     "runtimes": (("runtimes", runtimes_figure),),
     "gpu": (("pools", gpu_figure),),
 }

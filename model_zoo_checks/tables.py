@@ -205,7 +205,7 @@ def measured_by(results: dict[str, Any], command: str, section: str = "") -> str
     return f"{command}{f' of {date}' if date else ''}, torch {results.get('torch', '?')}, {device_words(results)}"
 
 
-BENCH_SECTIONS = ("run", "pools", "runtime", "convert", "models", "compile", "avgforms", "quantization", "aoti")
+BENCH_SECTIONS = ("run", "pools", "runtime", "dynamic", "convert", "models", "compile", "avgforms", "quantization", "aoti")
 
 
 def bench_markdown(results: dict[str, Any], sections: Sequence[str] = ()) -> str:
@@ -275,6 +275,23 @@ def bench_chunks(results: dict[str, Any]) -> dict[str, list[str]]:
                 for r in results["convert"]
             ],
         ) + [""]
+    if results.get("dynamic"):
+        lines = chunks["dynamic"] = ["## One dynamic=True graph at three sizes", ""]
+        for threads, extra in ((1, ("ms", "peak / in+out")), (2, ())):
+            lines += [f"### {threads} thread{'s' if threads > 1 else ''}", ""]
+            lines += _table(
+                ("case", "size", "/ static", "/ OpenVINO dynamic", *extra),
+                [
+                    (
+                        r["case"],
+                        r["size"],
+                        _over(r, f"t{threads}_dynamic", f"t{threads}_static"),
+                        _over(r, f"t{threads}_dynamic", f"t{threads}_openvino_dynamic"),
+                        *((_fmt(r[f"t{threads}_dynamic"] * 1e3, ".3f"), _fmt(r.get("peak_over_in_out"))) if extra else ()),
+                    )
+                    for r in results["dynamic"]
+                ],
+            ) + [""]
     for key, title in (
         ("models", "Whole models in eager, converted over original"),
         ("compile", "torch.compile(fullgraph=True), converted over original"),
@@ -480,6 +497,33 @@ def pools_caption(results: dict[str, Any]) -> str:
     return _lines(lines)
 
 
+def dynamic_caption(results: dict[str, Any]) -> str:
+    """Three lines under the dynamic figure (:func:`model_zoo_checks.figures.dynamic_figure`), from its data."""
+    rows = [r for r in results.get("dynamic") or [] if r.get("t1_dynamic") and r.get("t1_static")]
+    if not rows:
+        return ""
+    static = [r["t1_dynamic"] / r["t1_static"] for r in rows]
+    openvino = [r["t1_dynamic"] / r["t1_openvino_dynamic"] for r in rows if r.get("t1_openvino_dynamic")]
+    peaks = [r["peak_over_in_out"] for r in rows if r.get("peak_over_in_out")]
+    slower = [r for r, ratio in zip(rows, static) if ratio > 1.5]
+    tiling = [r for r in slower if "output" in r and all(int(n) % o <= 1 for n, o in zip(r["size"].split("x"), r["output"]))]
+    lines = [
+        f"{len({r['case'] for r in rows})} pools, each one `dynamic=True` graph exported once and run by onnxruntime "
+        f"at its example's size and two others ({len(rows)} runs, one thread).",
+        f"Over OpenVINO's native op compiled with dynamic shapes: {_range(openvino)}, at most 1.0 in "
+        f"{sum(r <= 1 for r in openvino)} of {len(openvino)}. Over fxpool's static graph for the same size: "
+        f"{_range(static)}, at most 1.5 in {len(rows) - len(slower)} of {len(rows)}"
+        + (
+            f"; {len(tiling)} of the other {len(slower)} are sizes whose windows tile every axis (length mod output "
+            "0 or 1), where the static graph is one native pool, a Reshape or nothing."
+            if tiling
+            else "."
+        ),
+        f"Peak memory: {_range(peaks)} input plus output." if peaks else "",
+    ]
+    return _lines([line for line in lines if line])
+
+
 def convert_caption(results: dict[str, Any]) -> str:
     """Three lines under the conversion-cost figure, from its data."""
     rows = [r for r in results.get("convert") or [] if r.get("convert_over_forward")]
@@ -545,7 +589,7 @@ def runtimes_caption(results: dict[str, Any]) -> str:
     return _lines(lines)
 
 
-CAPTIONS = {"pools": pools_caption, "convert": convert_caption, "runtimes": runtimes_caption}
+CAPTIONS = {"pools": pools_caption, "dynamic": dynamic_caption, "convert": convert_caption, "runtimes": runtimes_caption}
 
 
 def registry_markdown(path: Path) -> str:

@@ -47,7 +47,7 @@ def test_the_pools_figure_draws_what_the_report_has_and_no_more(tmp_path: Path) 
     full = case("10→7", t1_ort_fxpool=1e-3, t1_ort_fxpool_dynamic=4e-3, t1_ort_floor=1e-4, t1_openvino_native=2e-3)
     full |= {"t2_ort_fxpool": 1e-3, "t2_openvino_native": 2e-3, "ort_dynamo_original": 5e-3}
     no_openvino = case("no OpenVINO", t1_ort_fxpool=1e-3)  # a run without openvino installed
-    results = {"torch": "2.9", "threads": 2, "date": "2026-12-06", "pools": {"cases": [full, no_openvino]}, "dynamic": {"new": 1}}
+    results = {"torch": "2.9", "threads": 2, "date": "2026-12-06", "pools": {"cases": [full, no_openvino]}, "aoti": {"new": 1}}
     written = figures.write_figures("bench", results, tmp_path, "bench", ["svg", "png"])
     assert [p.name for p in written] == ["bench-pools.svg", "bench-pools.png"]  # no convert section: no figure
     shown = texts(written[0].read_text())
@@ -59,6 +59,23 @@ def test_the_pools_figure_draws_what_the_report_has_and_no_more(tmp_path: Path) 
     without_dynamic = {"threads": 1, "pools": {"cases": [case("a", t1_ort_fxpool=1e-3, t1_openvino_native=2e-3)]}}
     shown = texts(figures.write_figures("bench", without_dynamic, tmp_path / "b", "bench", ["svg"])[0].read_text())
     assert "fxpool's graph, dynamic=True" not in shown and "the stock dynamo exporter's graph" not in shown
+
+
+def test_the_dynamic_figure_and_its_caption_count_the_goals_from_the_rows(tmp_path: Path) -> None:
+    def row(size: str, over_static: float, over_openvino: float) -> dict:
+        times = {"t1_dynamic": 1e-3, "t1_static": 1e-3 / over_static, "t1_openvino_dynamic": 1e-3 / over_openvino}
+        return {"case": "14→7", "size": size, "output": [7, 7], "peak_over_in_out": 2.5, **times}
+
+    rows = [row("19x19", 1.2, 0.5), row("14x14", 6.0, 1.25), row("10x10", 1.6, 0.4)]  # 14 tiles by 7, 10 does not
+    results = {"torch": "2.9", "threads": 2, "date": "2026-12-07", "dynamic": rows}
+    written = figures.write_figures("bench", results, tmp_path, "bench", ["svg"])
+    assert [p.name for p in written] == ["bench-dynamic.svg"]
+    shown = texts(written[0].read_text())
+    assert "14→7" in shown and any("the issue's goal" in t for t in shown)
+    caption = tables.dynamic_caption(results)
+    assert "at most 1.0 in 2 of 3" in caption and "at most 1.5 in 1 of 3" in caption
+    assert "1 of the other 2 are sizes whose windows tile every axis" in caption
+    assert "Peak memory: 2.5x" in caption
 
 
 def test_nothing_to_draw_draws_nothing(tmp_path: Path) -> None:
