@@ -19,7 +19,9 @@ from __future__ import annotations
 import math
 import tempfile
 import weakref
+from contextlib import nullcontext
 from typing import Any
+from unittest import mock
 
 import torch
 from torch import nn
@@ -108,11 +110,12 @@ def _openvino_dynamic(module: nn.Module, x: torch.Tensor, threads: int) -> Any:
 
 
 def peak_memory(module: nn.Module, x: torch.Tensor) -> dict[str, float]:
-    """The graph form's peak in eager (:meth:`~fxpool.dynamic.DynamicAdaptiveAvgPool.traced_form`: the window
-    gathers as the TorchScript exporter traces them; its slices hold less, and ``torch.export`` with a
-    dynamic dimension gets one masked block per axis, more): the input, plus the most bytes its tensors
-    hold at once, against input plus output."""
-    with torch.no_grad(), PeakBytes() as meter:
+    """The graph form's peak in eager (:meth:`~fxpool.dynamic.DynamicAdaptiveAvgPool.traced_form`), in the form
+    the TorchScript exporter traces (window slices where the module's kind is ``slices``, which only a tracer
+    gets; else the window gathers; ``torch.export`` with a dynamic dimension gets one masked block per axis,
+    more): the input, plus the most bytes its tensors hold at once, against input plus output."""
+    slices = getattr(module, "kind", "") == "slices"
+    with torch.no_grad(), PeakBytes() as meter, mock.patch.object(module, "_slicing", lambda: True) if slices else nullcontext():
         out = module.traced_form(x)
     size_in, size_out = x.untyped_storage().nbytes(), out.untyped_storage().nbytes()
     peak = size_in + meter.peak

@@ -119,7 +119,7 @@ def pools_figure(results: dict[str, Any]) -> Figure | None:
         figure.legend(handles=handles, loc="outside upper center", ncol=3, frameon=False)
         figure.supxlabel(
             "forward time in onnxruntime ÷ OpenVINO's native op's (log scale; left of the orange line: faster)\n"
-            + measured_by(results, "make bench", "pools"),
+            + measured_by(results, "make bench", "pools", " and ".join(map(str, threads)) + " threads"),
             fontsize=8,
         )
     return figure
@@ -200,7 +200,7 @@ def dynamic_figure(results: dict[str, Any]) -> Figure | None:
         figure.legend(handles=handles, loc="outside upper center", ncol=4, frameon=False, fontsize=8)
         figure.supxlabel(
             "the dynamic graph's forward time in onnxruntime, one thread (log scale; left of the orange line: within the goal)\n"
-            + measured_by(results, 'make bench BENCH_ARGS="--sections dynamic"', "dynamic"),
+            + measured_by(results, 'make bench BENCH_ARGS="--sections dynamic"', "dynamic", "1 thread"),
             fontsize=8,
         )
     return figure

@@ -188,21 +188,22 @@ def when(results: dict[str, Any]) -> str:
     return f"{day.day} {day:%B %Y}"
 
 
-def device_words(results: dict[str, Any]) -> str:
-    """What the run measured on: ``the CPU (AMD EPYC, 2 cores), 2 threads``, or the GPU's name."""
+def device_words(results: dict[str, Any], threads: str = "") -> str:
+    """What the run measured on: ``the CPU (AMD EPYC, 2 cores), 2 threads`` (``threads`` where a section timed
+    its own thread counts), or the GPU's name."""
     device = results.get("device_name") or "cpu"
     if device != "cpu":
         return device
     cpu = f" ({results['cpu']})" if results.get("cpu") else ""
-    threads = f", {results['threads']} threads" if results.get("threads") else ""
-    return f"the CPU{cpu}{threads}"
+    threads = threads or (f"{results['threads']} threads" if results.get("threads") else "")
+    return f"the CPU{cpu}{', ' + threads if threads else ''}"
 
 
-def measured_by(results: dict[str, Any], command: str, section: str = "") -> str:
+def measured_by(results: dict[str, Any], command: str, section: str = "", threads: str = "") -> str:
     """One line naming the run: the command, its date (``section``'s own where the report was merged from runs of
     several days: ``dates``), torch and the device (a figure's footer)."""
     date = when({"date": (results.get("dates") or {}).get(section) or results.get("date")})
-    return f"{command}{f' of {date}' if date else ''}, torch {results.get('torch', '?')}, {device_words(results)}"
+    return f"{command}{f' of {date}' if date else ''}, torch {results.get('torch', '?')}, {device_words(results, threads)}"
 
 
 BENCH_SECTIONS = ("run", "pools", "runtime", "dynamic", "convert", "models", "compile", "avgforms", "quantization", "aoti")

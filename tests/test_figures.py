@@ -30,7 +30,7 @@ def test_the_committed_figures_are_drawn_from_the_committed_data(tmp_path: Path)
     # make figures draws them; a report kept in docs/data without drawing them again fails here
     written = figures.write_figures("bench", json.loads((DATA / "bench.json").read_text()), tmp_path, "bench", ["svg"])
     written += figures.write_figures("runtimes", json.loads((DATA / "runtimes.json").read_text()), tmp_path, "runtimes", ["svg"])
-    assert sorted(p.name for p in written) == ["bench-convert.svg", "bench-pools.svg", "runtimes.svg"]
+    assert sorted(p.name for p in written) == ["bench-convert.svg", "bench-dynamic.svg", "bench-pools.svg", "runtimes.svg"]
     for path in written:
         committed = ROOT / "docs" / "figures" / path.name
         assert texts(path.read_text()) == texts(committed.read_text()), f"{committed} is not drawn from docs/data (make figures)"
@@ -55,7 +55,7 @@ def test_the_pools_figure_draws_what_the_report_has_and_no_more(tmp_path: Path) 
     assert "1 thread" in shown and "2 threads" in shown
     assert "the stock dynamo exporter's graph" in shown and "the read-once floor" in shown
     assert "0.50" in shown  # fxpool's graph over OpenVINO's op, labelled on its bar
-    assert any("make bench of 6 December 2026, torch 2.9, the CPU, 2 threads" in t for t in shown)
+    assert any("make bench of 6 December 2026, torch 2.9, the CPU, 1 and 2 threads" in t for t in shown)  # the panels'
     without_dynamic = {"threads": 1, "pools": {"cases": [case("a", t1_ort_fxpool=1e-3, t1_openvino_native=2e-3)]}}
     shown = texts(figures.write_figures("bench", without_dynamic, tmp_path / "b", "bench", ["svg"])[0].read_text())
     assert "fxpool's graph, dynamic=True" not in shown and "the stock dynamo exporter's graph" not in shown

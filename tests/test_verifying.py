@@ -118,3 +118,35 @@ def test_a_cuda_model_exports_and_verifies_against_its_cuda_outputs(dynamo: bool
     result = fxpool.export(model, x, tmp_path / "cuda.onnx", dynamo=dynamo)
     assert result.max_abs_error is not None and result.max_abs_error < 1e-4
     assert next(model.parameters()).device.type == "cuda"  # the caller's model stays where it was
+
+
+class AddsItsTracedHeight(nn.Module):
+    """Right at the size traced, wrong at any other: ``int`` makes the height a constant of the trace."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + int(x.shape[2])
+
+
+def test_a_graph_exact_at_the_example_but_wrong_within_its_dynamic_axes_is_refused(tmp_path) -> None:
+    axes = {"x": {2: "h", 3: "w"}}
+    with pytest.raises(fxpool.ExportVerificationError, match=r"not at x \(1, 3, 16, 16\), within its dynamic axes"):
+        fxpool.export(
+            AddsItsTracedHeight(), torch.randn(1, 3, 8, 8), tmp_path / "m.onnx", dynamo=False, input_names=["x"], dynamic_axes=axes
+        )
+    assert not (tmp_path / "m.onnx").exists()
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_a_dynamic_conversion_is_verified_at_a_second_size_too(dynamo: bool, tmp_path) -> None:
+    x = torch.randn(1, 3, 10, 12)
+    if dynamo:
+        shapes = {"options": {"dynamic_shapes": ({2: torch.export.Dim("h"), 3: torch.export.Dim("w")},)}}
+    else:
+        shapes = {"options": {"input_names": ["x"], "dynamic_axes": {"x": {2: "h", 3: "w"}}}}
+    result = fxpool.export(pooled((7, 5)), x, tmp_path / "m.onnx", dynamo=dynamo, dynamic=True, **shapes["options"])
+    assert "at the example's size and at" in result.verified and "(1, 3, 12, 16)" in result.verified, result.verified
+
+
+def test_a_static_export_is_verified_at_the_example_only(tmp_path) -> None:
+    result = fxpool.export(pooled((7, 7)), torch.randn(1, 3, 10, 10), tmp_path / "m.onnx", dynamo=False)
+    assert result.verified == "onnxruntime (CPU) on the graph as exported, against the model"
