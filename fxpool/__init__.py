@@ -29,6 +29,7 @@ __all__ = [
     "ConversionReport",
     "ExampleInputError",
     "ExportFailedError",
+    "ExportRequestError",
     "ExportResult",
     "ExportVerificationError",
     "FxpoolError",
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from .errors import (
         ExampleInputError,
         ExportFailedError,
+        ExportRequestError,
         ExportVerificationError,
         FxpoolError,
         FxpoolWarning,

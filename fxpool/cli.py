@@ -178,11 +178,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _exit_code(error: BaseException) -> int | None:
     """2 for what the user can fix on the command line, 1 for a model that fails; None for anything else."""
-    from .errors import ExampleInputError, FxpoolError, MissingDependencyError, UnsupportedOpsetError
+    from .errors import ExampleInputError, ExportRequestError, FxpoolError, MissingDependencyError
     from .loading import ModelSpecError
 
     fixable = (UsageError, argparse.ArgumentTypeError, ModelSpecError, ExampleInputError, MissingDependencyError)
-    if isinstance(error, (*fixable, UnsupportedOpsetError, OSError)):  # OSError: an output path that cannot be written
+    if isinstance(error, (*fixable, ExportRequestError, OSError)):  # OSError: an output path that cannot be written
         return EXIT_USAGE
     return EXIT_MODEL_FAILED if isinstance(error, FxpoolError) else None
 

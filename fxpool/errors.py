@@ -48,7 +48,11 @@ class MissingDependencyError(FxpoolError, ImportError):
     """An optional dependency (an extra of the package) is not installed; the message names the pip line."""
 
 
-class UnsupportedOpsetError(FxpoolError, ValueError):
+class ExportRequestError(FxpoolError, ValueError):
+    """An export asked for in a way the chosen exporter would get wrong or refuse; the message names what to ask."""
+
+
+class UnsupportedOpsetError(ExportRequestError):
     """An ONNX opset the chosen exporter does not write; the message names the opsets it does."""
 
 

@@ -22,11 +22,13 @@ from typing import Any, BinaryIO, TypeVar
 import torch
 from torch import nn
 from torch.export import ExportedProgram
+from torch.utils._pytree import tree_leaves
 
 from .convert import convert, enforce_strict, warn_left
 from .copying import structural_copy
 from .errors import (
     ExportFailedError,
+    ExportRequestError,
     ExportVerificationError,
     FxpoolError,
     FxpoolWarning,
@@ -305,6 +307,14 @@ def check_export_request(kwargs: dict[str, Any], verify: bool, who: str) -> None
     require("onnx", f"{who} {asked}")
     if dynamo:
         require("onnxscript", f"{who} {asked}")
+        names = [leaf for leaf in tree_leaves((kwargs.get("dynamic_axes"), kwargs.get("dynamic_shapes"))) if isinstance(leaf, str)]
+        if clashing := sorted({name for name in names if re.fullmatch(r"s\d+", name)}):
+            raise ExportRequestError(
+                f"{who}: dynamic axis names {clashing} look like torch.export's own symbols (s0, s1, ...). The dynamo "
+                "exporter renames its symbols to the names given one after another, so a shape derived from one axis "
+                "can end up named after another, and onnxruntime fails at sizes where the two differ ('Shape mismatch "
+                "attempting to re-use buffer'). Name the axes otherwise ('height', 'width'), or export with dynamo=False"
+            )
     if verify:
         require("onnxruntime", f"{who} with verify=True (pass verify=False, or --no-verify, to export unverified)")
     opset = kwargs.get("opset_version")

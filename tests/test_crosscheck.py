@@ -89,7 +89,7 @@ def test_openvino_keeps_nan_and_inf_in_max_windows(case: str, dynamo: bool, dyna
     pool, in_sizes, other_sizes = MAX_CASES[case]
     x = torch.randn(2, 3, *in_sizes)  # verified in onnxruntime: a finite example
     path = str(tmp_path / "max.onnx")
-    axes = {"x": {2 + axis: f"s{axis}" for axis in range(len(in_sizes))}} if dynamic else None
+    axes = {"x": {2 + axis: f"size{axis}" for axis in range(len(in_sizes))}} if dynamic else None
     fxpool.export(pool, x, path, dynamo=dynamo, dynamic=dynamic, input_names=["x"], dynamic_axes=axes)
     compiled = openvino.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     for size in [in_sizes] + (other_sizes if dynamic else []):

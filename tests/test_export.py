@@ -534,3 +534,26 @@ def test_export_warns_only_of_pools_the_export_leaves(tmp_path, recwarn) -> None
             fxpool.export(
                 IndicesHead().eval(), torch.randn(1, 3, 10, 10), tmp_path / "i.onnx", dynamo=False, verify=False, dynamic=True
             )
+
+
+@pytest.mark.parametrize("spec", ["dynamic_axes", "dynamic_shapes"])
+def test_dynamo_axis_names_that_look_like_torch_export_symbols_are_refused_before_any_work(spec: str, tmp_path) -> None:
+    """torch.onnx renames its symbols to the names given one after another: s53 -> s0, then s0 -> s1, so the
+    height's window count was named after the width, and onnxruntime failed where the two differ (4->7 max,
+    exported at 4x5, run at 8x6). TorchScript keeps the names as given."""
+    x = torch.randn(1, 3, 4, 5)
+    names = {"x": {2: "s0", 3: "s1"}} if spec == "dynamic_axes" else ({2: "s0", 3: "s1"},)
+    with pytest.raises(fxpool.ExportRequestError, match=r"\['s0', 's1'\] look like torch.export's own symbols"):
+        fxpool.export(
+            nn.AdaptiveMaxPool2d(7), x, tmp_path / "m.onnx", dynamo=True, dynamic=True, input_names=["x"], **{spec: names}
+        )
+    assert not (tmp_path / "m.onnx").exists()
+    fxpool.export(
+        nn.AdaptiveMaxPool2d(7),
+        x,
+        tmp_path / "t.onnx",
+        dynamo=False,
+        dynamic=True,
+        input_names=["x"],
+        dynamic_axes={"x": {2: "s0", 3: "s1"}},
+    )
