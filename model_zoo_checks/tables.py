@@ -279,7 +279,7 @@ def bench_chunks(results: dict[str, Any]) -> dict[str, list[str]]:
     if results.get("dynamic"):
         lines = chunks["dynamic"] = ["## One dynamic=True graph at three sizes", ""]
         for threads, extra in ((1, ("ms", "peak / in+out")), (2, ())):
-            lines += [f"### {threads} thread{'s' if threads > 1 else ''}", ""]
+            lines += [f"**{threads} thread{'s' if threads > 1 else ''}**", ""]
             lines += _table(
                 ("case", "size", "/ static", "/ OpenVINO dynamic", *extra),
                 [
