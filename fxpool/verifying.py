@@ -69,13 +69,12 @@ def run_onnxruntime(path: str, example_input: Any, *, forward: Callable[..., Any
     Graph inputs are fed by name where every one is named after a tensor argument of ``forward`` (the exporters'
     naming), else in order, keyword arguments in ``forward``'s parameter order."""
     session = onnxruntime_session(path)
-    feeds = _feeds(session, read_example(example_input), forward)
+    feeds = _feeds([i.name for i in session.get_inputs()], read_example(example_input), forward)
     return session.run(None, {name: t.detach().cpu().numpy() for name, t in feeds.items()})
 
 
-def _feeds(session: Any, example: Example, forward: Callable[..., Any] | None) -> dict[str, torch.Tensor]:
-    """Each graph input's tensor of ``example`` (see :func:`run_onnxruntime`)."""
-    names = [i.name for i in session.get_inputs()]
+def _feeds(names: list[str], example: Example, forward: Callable[..., Any] | None) -> dict[str, torch.Tensor]:
+    """The tensor of ``example`` for each of the graph's inputs ``names`` (see :func:`run_onnxruntime`)."""
     named = example.tensors_in_signature_order(forward) if forward is not None else [("", t) for t in example.tensors()]
     if forward is not None and len(named) != len(names):
         named = example.tensors_in_signature_order(forward, defaults_as_inputs=True)
@@ -127,11 +126,16 @@ def _at_a_second_size(path: str, model: nn.Module, example: Example, rtol: float
     largest power-of-two factor (224 -> 256, 7 -> 8: the powers of two that divide it still do), its new entries
     repeating the example's first ones (values of the example's own kind); a graph that does not run there or is
     wrong there raises. In words, what was run (or why not)."""
-    session = onnxruntime_session(path)
-    feeds = _feeds(session, example, model.forward)
-    dynamic = {i.name: [axis for axis, size in enumerate(i.shape) if not isinstance(size, int)] for i in session.get_inputs()}
+    import onnx
+
+    graph = onnx.load(path, load_external_data=False).graph
+    weights = {initializer.name for initializer in graph.initializer}
+    dims = {i.name: i.type.tensor_type.shape.dim for i in graph.input if i.name not in weights}
+    dynamic = {name: [axis for axis, dim in enumerate(shape) if not dim.HasField("dim_value")] for name, shape in dims.items()}
     if not any(dynamic.values()):
         return ""
+    session = onnxruntime_session(path)
+    feeds = _feeds([i.name for i in session.get_inputs()], example, model.forward)
     grown = {}
     for name, tensor in feeds.items():
         for axis in [axis for axis in dynamic.get(name, []) if axis < tensor.dim() and tensor.shape[axis] > 0]:
