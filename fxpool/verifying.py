@@ -42,17 +42,18 @@ def op_histogram(path: str) -> dict[str, int]:
     model = onnx.load(path, load_external_data=False)
     counts: Counter[str] = Counter()
 
-    def walk(graph: Any) -> None:
-        for node in graph.node:
+    def walk(nodes: Any) -> None:
+        for node in nodes:
             counts[node.op_type] += 1
             for attribute in node.attribute:
                 if attribute.type == onnx.AttributeProto.GRAPH:
-                    walk(attribute.g)
+                    walk(attribute.g.node)
+                for graph in attribute.graphs:
+                    walk(graph.node)
 
-    walk(model.graph)
+    walk(model.graph.node)
     for function in model.functions:
-        for node in function.node:
-            counts[node.op_type] += 1
+        walk(function.node)
     return dict(sorted(counts.items()))
 
 

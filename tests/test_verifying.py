@@ -150,3 +150,24 @@ def test_a_dynamic_conversion_is_verified_at_a_second_size_too(dynamo: bool, tmp
 def test_a_static_export_is_verified_at_the_example_only(tmp_path) -> None:
     result = fxpool.export(pooled((7, 7)), torch.randn(1, 3, 10, 10), tmp_path / "m.onnx", dynamo=False)
     assert result.verified == "onnxruntime (CPU) on the graph as exported, against the model"
+
+
+def test_the_op_histogram_counts_subgraphs_inside_functions_too(tmp_path) -> None:
+    from onnx import helper
+
+    branch = helper.make_graph([helper.make_node("Abs", ["x"], ["y"])], "branch", [], [helper.make_tensor_value_info("y", 1, None)])
+    inside = helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)
+    function = helper.make_function("local", "f", ["c", "x"], ["y"], [inside], [helper.make_opsetid("", 18)])
+    call = helper.make_node("f", ["c", "x"], ["y"], domain="local")
+    graph = helper.make_graph(
+        [call],
+        "g",
+        [helper.make_tensor_value_info("c", 9, []), helper.make_tensor_value_info("x", 1, [2])],
+        [helper.make_tensor_value_info("y", 1, [2])],
+    )
+    model = helper.make_model(
+        graph, functions=[function], opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("local", 1)]
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    assert op_histogram(str(path)) == {"Abs": 2, "If": 1, "f": 1}
