@@ -171,3 +171,13 @@ def test_the_op_histogram_counts_subgraphs_inside_functions_too(tmp_path) -> Non
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
     assert op_histogram(str(path)) == {"Abs": 2, "If": 1, "f": 1}
+
+
+@pytest.mark.parametrize(("length", "grown"), [(512, 640), (224, 256), (7, 8), (8, 16)])
+def test_the_second_size_grows_an_axis_by_a_power_of_two_that_divides_it_and_at_most_a_quarter_or_32(
+    length: int, grown: int, tmp_path
+) -> None:
+    model = nn.Sequential(nn.AdaptiveAvgPool1d(5))
+    options = {"input_names": ["x"], "dynamic_axes": {"x": {2: "length"}}}
+    result = fxpool.export(model, torch.randn(1, 2, length), tmp_path / "m.onnx", dynamo=False, dynamic=True, **options)
+    assert result.verified.endswith(f"at x (1, 2, {grown})"), result.verified
