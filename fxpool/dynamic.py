@@ -104,10 +104,10 @@ def window_sums(
     starts, ends = runtime_window_bounds(length, out_size, y.device)
     if out_size == 1:
         return span_sum(y, dim, dims + 1).unsqueeze(dim), ends - starts
-    short = short_windows(length, out_size)
-    if short or _symbolic(length):  # one block of ``ceil(L/o) + 1`` entries per window
+    symbolic, short = _symbolic(length), short_windows(length, out_size)
+    if short or symbolic:  # one block of ``ceil(L/o) + 1`` entries per window
         positions = _positions(starts, 0, _div(length + (out_size - 1), out_size) + 1, y)
-    if _symbolic(length):
+    if symbolic:
         inside = positions < ends.unsqueeze(1)
         windows = gather_windows(y, dim, torch.minimum(positions, ends.unsqueeze(1) - 1))
         return span_sum(torch.where(_along(inside, dim, dims), windows, 0.0), dim + 1, dims + 2), ends - starts

@@ -125,9 +125,8 @@ def verify_onnx(path: str, model: nn.Module, example_input: Any, *, rtol: float 
 def _at_a_second_size(path: str, model: nn.Module, example: Example, rtol: float, atol: float) -> str:
     """Where the graph has dynamic axes, onnxruntime against the model once more with every dynamic axis grown by its
     largest power-of-two factor up to a quarter of it or 32 (224 -> 256, 512 -> 640, 7 -> 8: those powers of two that
-    divide it still do), its new entries
-    repeating the example's first ones (values of the example's own kind); a graph that does not run there or is
-    wrong there raises. In words, what was run (or why not)."""
+    divide it still do), its new entries repeating the example's first ones (values of the example's own kind); a
+    graph that does not run there or is wrong there raises. In words, what was run (or why not)."""
     import onnx
 
     graph = onnx.load(path, load_external_data=False).graph

@@ -176,15 +176,14 @@ def dynamic_figure(results: dict[str, Any]) -> Figure | None:
         ("÷ fxpool's static graph", "t1_static", 1.5),
         ("÷ OpenVINO's dynamic op", "t1_openvino_dynamic", 1.0),
     )
-    markers = ("o", "^", "v")  # the example's size, about 1.3x and 0.7x of it
+    markers = ("o", "^", "v")  # the example's size, about 1.3x and 0.7x of it: a case's rows in that order
+    marker_of = [markers[[other["case"] for other in rows[:i]].count(r["case"]) % len(markers)] for i, r in enumerate(rows)]
     with matplotlib.rc_context(STYLE):
         figure = Figure(figsize=(WIDTH, 1.7 + 0.3 * len(names)), layout="constrained")
         axes = figure.subplots(1, 2, sharey=True)
         for ax, (title, key, goal) in zip(axes, panels):
-            for r in rows:
+            for r, marker in zip(rows, marker_of):
                 if r.get(key):
-                    case_rows = [other for other in rows if other["case"] == r["case"]]
-                    marker = markers[case_rows.index(r) % len(markers)]
                     ax.scatter(r["t1_dynamic"] / r[key], names.index(r["case"]), marker=marker, s=22, color=FXPOOL, zorder=3)
             ax.axvline(goal, color=NATIVE, linewidth=2)
             ax.set_xscale("log")

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fxpool.windows import uniform_stride, upsample_factor
+
 from .reporting import COMPATIBILITY_HEADER, EXPORTS, MARKS, STAGES, compatibility_rows, export_state
 
 
@@ -498,6 +500,11 @@ def pools_caption(results: dict[str, Any]) -> str:
     return _lines(lines)
 
 
+def _tiles(length: int, out_size: int) -> bool:
+    """Whether an axis's windows are one native pool's (:func:`fxpool.windows.uniform_stride`) or a repeat."""
+    return uniform_stride(length, out_size) is not None or upsample_factor(length, out_size) is not None
+
+
 def dynamic_caption(results: dict[str, Any]) -> str:
     """Three lines under the dynamic figure (:func:`model_zoo_checks.figures.dynamic_figure`), from its data."""
     rows = [r for r in results.get("dynamic") or [] if r.get("t1_dynamic") and r.get("t1_static")]
@@ -507,7 +514,7 @@ def dynamic_caption(results: dict[str, Any]) -> str:
     openvino = [r["t1_dynamic"] / r["t1_openvino_dynamic"] for r in rows if r.get("t1_openvino_dynamic")]
     peaks = [r["peak_over_in_out"] for r in rows if r.get("peak_over_in_out")]
     slower = [r for r, ratio in zip(rows, static) if ratio > 1.5]
-    tiling = [r for r in slower if "output" in r and all(int(n) % o <= 1 for n, o in zip(r["size"].split("x"), r["output"]))]
+    tiling = [r for r in slower if "output" in r and all(map(_tiles, map(int, r["size"].split("x")), r["output"]))]
     lines = [
         f"{len({r['case'] for r in rows})} pools, each one `dynamic=True` graph exported once and run by onnxruntime "
         f"at its example's size and two others ({len(rows)} runs, one thread).",
@@ -515,8 +522,8 @@ def dynamic_caption(results: dict[str, Any]) -> str:
         f"{sum(r <= 1 for r in openvino)} of {len(openvino)}. Over fxpool's static graph for the same size: "
         f"{_range(static)}, at most 1.5 in {len(rows) - len(slower)} of {len(rows)}"
         + (
-            f"; {len(tiling)} of the other {len(slower)} are sizes whose windows tile every axis (length mod output "
-            "0 or 1), where the static graph is one native pool, a Reshape or nothing."
+            f"; {len(tiling)} of the other {len(slower)} are sizes whose windows tile every axis (one stride and "
+            "length, or each input repeated), where the static graph is one native pool, a Reshape or nothing."
             if tiling
             else "."
         ),
