@@ -26,7 +26,7 @@ from torch import nn
 from .forms import append_zeros, flagged_maximum, keep_memory_format, needs_gradient, span_sum
 from .planning import DynamicKind
 from .replacements import native_pool_function, native_pool_module, normalized_output_size
-from .sizechecks import check_input, plain_eager, static_size
+from .sizechecks import check_input, in_onnx_export, plain_eager, static_size
 
 torch.fx.wrap("check_input")  # a leaf here too, so converted models trace again with torch.fx
 
@@ -320,7 +320,7 @@ class DynamicAdaptiveMaxPool(_DynamicPool):
 
     def _graph(self, x: torch.Tensor) -> torch.Tensor:
         source, dims = x, len(self.out_sizes)
-        onnx = torch.onnx.is_in_onnx_export()
+        onnx = in_onnx_export()
         pooled = [(axis, size) for axis, size in enumerate(self.out_sizes) if size is not None]
         if needs_gradient(x) and not onnx:
             pooled.reverse()  # last axis first: the first maximum in row-major order takes a tie's gradient

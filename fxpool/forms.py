@@ -10,7 +10,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .sizechecks import exporting_for_torch_runtimes
+from .sizechecks import exporting_for_torch_runtimes, in_onnx_export
 from .steps import (
     WINDOW_MAXIMA_MAX_GATHERS,
     BlockReduceStep,
@@ -186,7 +186,7 @@ def _reduce(x: torch.Tensor, step: ReduceStep, dims: int) -> torch.Tensor:
     axes = [a - dims for a in step.axes]
     if step.family == "avg":
         return x.mean(dim=axes, keepdim=True)
-    if torch.onnx.is_in_onnx_export() or not needs_gradient(x):
+    if in_onnx_export() or not needs_gradient(x):
         return torch.amax(x, dim=axes, keepdim=True)  # one ReduceMax; the values are the same
     # max(dim) sends the gradient to the first maximum (amax splits it among ties), last axis first as PyTorch's
     for axis in reversed(axes):

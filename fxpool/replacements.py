@@ -18,7 +18,7 @@ from torch import nn
 from .errors import PoolCallError
 from .forms import AVG_POOLS, MAX_POOLS, plan_constants, run_onnx_steps, run_steps, window_scales
 from .planning import choose_plan
-from .sizechecks import check_input, plain_eager, pool_at, traced_guard
+from .sizechecks import check_input, in_onnx_export, plain_eager, pool_at, traced_guard
 from .steps import PoolPlan, PoolStep, ReduceStep, WindowScaleStep, axis_names
 
 torch.fx.wrap("check_input")  # a leaf here too, so converted models trace again with torch.fx
@@ -125,7 +125,7 @@ class ExactAdaptivePool(nn.Module):
         if eager:
             return run_steps(self, x)
         x = traced_guard(x, self.expected_sizes, self.location)  # what a tracer records: the size guard, then the steps
-        return self._batched(x, onnx=bool(self.plan.onnx_steps) and torch.onnx.is_in_onnx_export())
+        return self._batched(x, onnx=bool(self.plan.onnx_steps) and in_onnx_export())
 
     def _batched(self, x: torch.Tensor, onnx: bool) -> torch.Tensor:
         """The plan's steps (ONNX export's own where ``onnx``); unbatched input runs as a batch of one, since

@@ -197,9 +197,19 @@ def traced_forms() -> Iterator[None]:
         _TRACED_FORMS.on = saved
 
 
+def in_onnx_export() -> bool:
+    """``torch.onnx.is_in_onnx_export()``, also where dynamo traces (strict ``torch.export``, ``torch.cond``'s
+    branches), which answers False for that function: there the dynamo ONNX exporter's own flag is read."""
+    if torch.compiler.is_dynamo_compiling():
+        from torch.onnx._internal.exporter import _flags
+
+        return bool(_flags._is_onnx_exporting)
+    return torch.onnx.is_in_onnx_export()
+
+
 def exporting_for_torch_runtimes() -> bool:
     """torch.export for a PyTorch runtime (ExecuTorch, AOTInductor), not on its way to ONNX."""
-    return torch.compiler.is_exporting() and not torch.onnx.is_in_onnx_export()
+    return torch.compiler.is_exporting() and not in_onnx_export()
 
 
 def plain_eager() -> bool:

@@ -151,3 +151,31 @@ def test_a_dynamic_conversion_from_an_example_of_size_one_exports_exact_at_other
         x = torch.randn(2, 3, *size[:dims])
         got = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
         torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize(("pool", "size"), [(nn.AdaptiveMaxPool2d(7), 10), (nn.AdaptiveMaxPool1d(101), 1000)], ids=["10->7", "1d"])
+def test_the_dynamo_exporters_strict_capture_keeps_nan_in_max_windows(pool: nn.Module, size: int, dynamic: bool, tmp_path) -> None:
+    """The dynamo ONNX exporter falls back to ``torch.export(strict=True)`` where ``strict=False`` fails. Dynamo
+    answers False for ``torch.onnx.is_in_onnx_export()``, so the graph lost the NaN flag of its maxima, and
+    onnxruntime's ReduceMax skips NaN: 23-43% of the outputs differed from PyTorch's. fxpool reads the exporter's flag."""
+    onnxruntime = pytest.importorskip("onnxruntime")
+    from torch.onnx._internal.exporter import _capture_strategies
+
+    spatial = (size,) * (2 if isinstance(pool, nn.AdaptiveMaxPool2d) else 1)
+    x = torch.randn(2, 3, *spatial)
+    converted = fxpool.convert(pool, x, dynamic=dynamic)
+    shapes = ({2 + axis: Dim.DYNAMIC for axis in range(len(spatial))},) if dynamic else None
+    path = str(tmp_path / "max.onnx")
+    strict_only = (_capture_strategies.TorchExportStrictStrategy,)
+    with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings():
+        patch.setattr(_capture_strategies, "CAPTURE_STRATEGIES", strict_only)
+        warnings.simplefilter("ignore")
+        torch.onnx.export(converted, (x,), path, dynamo=True, dynamic_shapes=shapes)
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    generator = torch.Generator().manual_seed(0)
+    for scale in (1.0, 1.3) if dynamic else (1.0,):
+        y = torch.randn(2, 3, *(int(s * scale) for s in spatial), generator=generator)
+        y[torch.rand(y.shape, generator=generator) < 0.05] = float("nan")
+        got = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: y.numpy()})[0])
+        torch.testing.assert_close(got, pool(y), rtol=0.0, atol=0.0, equal_nan=True)
