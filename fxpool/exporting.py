@@ -148,7 +148,15 @@ def _converted(
             "training=TrainingMode.TRAINING exports the model in train mode, where dropout and "
             "batch statistics make onnxruntime and PyTorch disagree by design; pass verify=False"
         )
-    reference = structural_copy(model, clone_buffers=True).train(train)
+    reference = structural_copy(model, clone_buffers=True)
+    try:
+        reference.train(train)
+    except NotImplementedError as error:  # ExportedProgram.module(): torch.export fixed the mode in its graph
+        if mode == torch.onnx.TrainingMode.TRAINING:
+            raise ValueError(
+                f"training=TrainingMode.TRAINING: {type(model).__name__}.train() is not supported ({error}); a module "
+                f"from ExportedProgram.module() computes in the mode it was exported in: export the program in train mode"
+            ) from error
     converted = convert_for_export(reference, example, dynamic, strict)
     refuse_dynamic_spatial_axes_for(converted, kwargs)
     return converted, reference, example

@@ -381,3 +381,16 @@ def test_convert_options_are_accepted_for_programs() -> None:
     converted = fxpool.convert(program, dynamic=True)  # static sizes: dynamic asks the dynamic form
     assert [r.kind for r in fxpool.report_of(converted).records] == ["dynamic"]
     torch.testing.assert_close(converted.module()(x), program.module()(x), rtol=1e-5, atol=1e-6)
+
+
+def test_export_of_a_programs_module_leaves_its_mode_to_its_graph(tmp_path) -> None:
+    """``ExportedProgram.module()`` refuses ``.train()``: torch.export fixed the mode in its graph. ``fxpool.export``
+    set the mode the export asks for on its copy and failed with NotImplementedError by either exporter; now the
+    dynamo exporter writes it, verified, and an explicit train-mode request is refused by name."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.AdaptiveAvgPool2d(7)).eval()
+    x = torch.randn(1, 3, 12, 12)
+    module = torch.export.export(model, (x,)).module()
+    result = fxpool.export(module, x, str(tmp_path / "m.onnx"), dynamo=True)
+    assert result.verified.startswith("onnxruntime")
+    with pytest.raises(ValueError, match="mode it was exported in"):
+        fxpool.export(module, x, str(tmp_path / "t.onnx"), dynamo=True, training=torch.onnx.TrainingMode.TRAINING, verify=False)
