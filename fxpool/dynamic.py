@@ -16,6 +16,7 @@ One graph serves every size: no Loop, If, GatherND or ScatterND."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +28,7 @@ from .forms import append_zeros, flagged_maximum, keep_memory_format, needs_grad
 from .planning import DynamicKind
 from .replacements import native_pool_function, native_pool_module, normalized_output_size
 from .sizechecks import check_input, in_onnx_export, plain_eager, static_size
+from .tiling import reshape_target, reshaped_mean, tiling_condition
 
 torch.fx.wrap("check_input")  # a leaf here too, so converted models trace again with torch.fx
 
@@ -269,6 +271,26 @@ class _DynamicPool(nn.Module):
         return native_pool_function(self.family, dims)(x, sizes)
 
     def _graph(self, x: torch.Tensor) -> torch.Tensor:
+        """The window gathers (or slices) for every size (:meth:`_windows`); under the dynamo ONNX exporter an If
+        that reshapes instead where the windows tile (:mod:`fxpool.tiling`). Averages sum in float32, as PyTorch."""
+        source, dtype, onnx = x, x.dtype, in_onnx_export()
+        upcast = self.family == "avg" and (not isinstance(dtype, torch.dtype) or dtype in _LOW_PRECISION)  # a Proxy: cast
+        if upcast:
+            x = x.to(torch.promote_types(dtype, torch.float32))  # rounded once, as PyTorch does
+        tiling = tiling_condition(x, self.out_sizes, self.family)
+        if tiling is None:
+            x = self._windows(x, onnx)
+        elif tiling is True:
+            x = reshaped_mean(x, reshape_target(x, self.out_sizes), self.out_sizes)
+        else:  # dynamo traces the branches: they get ``onnx``, as it answers False for is_in_onnx_export
+            tiled = functools.partial(reshaped_mean, out_sizes=self.out_sizes)
+            x = torch.cond(tiling, tiled, lambda y, _: self._windows(y, onnx), (x, reshape_target(x, self.out_sizes)))
+        return keep_memory_format(source, x.to(dtype) if upcast else x, len(self.out_sizes))
+
+    def _pooled(self) -> list[tuple[int, int]]:
+        return [(axis, size) for axis, size in enumerate(self.out_sizes) if size is not None]
+
+    def _windows(self, x: torch.Tensor, onnx: bool) -> torch.Tensor:
         raise NotImplementedError
 
     def _slicing(self) -> bool:
@@ -289,17 +311,13 @@ class DynamicAdaptiveAvgPool(_DynamicPool):
 
     family = "avg"
 
-    def _graph(self, x: torch.Tensor) -> torch.Tensor:
-        source, dims, dtype = x, len(self.out_sizes), x.dtype
-        upcast = not isinstance(dtype, torch.dtype) or dtype in _LOW_PRECISION  # a Proxy under torch.fx: keep the cast
-        if upcast:
-            x = x.to(torch.promote_types(dtype, torch.float32))  # summed in float32, rounded once, as PyTorch does
-        pooled = [(axis, size) for axis, size in enumerate(self.out_sizes) if size is not None]
+    def _windows(self, x: torch.Tensor, onnx: bool) -> torch.Tensor:
+        dims, pooled = len(self.out_sizes), self._pooled()
         if self._slicing():
             for axis, size in pooled:
                 x = slice_reduce(x, x.dim() - dims + axis, size, "avg", False)
         elif pooled:
-            lead, order = x.shape[:-dims], shrinking_first(pooled, source, dims)
+            lead, order = x.shape[:-dims], shrinking_first(pooled, x, dims)
             first, first_size = order[0]
             padded = short_windows(x.shape[first - dims], first_size)
             x = spatial_first(x, dims, first if padded else None)
@@ -310,7 +328,7 @@ class DynamicAdaptiveAvgPool(_DynamicPool):
                 counts = count if counts is None else counts * count
             assert counts is not None
             x = spatial_back(x / counts.unsqueeze(-1), lead, dims)
-        return keep_memory_format(source, x.to(dtype) if upcast else x, dims)
+        return x
 
 
 class DynamicAdaptiveMaxPool(_DynamicPool):
@@ -318,10 +336,8 @@ class DynamicAdaptiveMaxPool(_DynamicPool):
 
     family = "max"
 
-    def _graph(self, x: torch.Tensor) -> torch.Tensor:
-        source, dims = x, len(self.out_sizes)
-        onnx = in_onnx_export()
-        pooled = [(axis, size) for axis, size in enumerate(self.out_sizes) if size is not None]
+    def _windows(self, x: torch.Tensor, onnx: bool) -> torch.Tensor:
+        dims, pooled = len(self.out_sizes), self._pooled()
         if needs_gradient(x) and not onnx:
             pooled.reverse()  # last axis first: the first maximum in row-major order takes a tie's gradient
         else:
@@ -335,4 +351,4 @@ class DynamicAdaptiveMaxPool(_DynamicPool):
             for axis, size in pooled:
                 x = window_maxima(x, axis, size, onnx)
             x = spatial_back(x, lead, dims)
-        return keep_memory_format(source, x, dims)
+        return x

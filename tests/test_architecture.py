@@ -24,7 +24,8 @@ ALLOWED: dict[str, set[str]] = {
     "sizechecks": {"errors"},
     "forms": {"errors", "sizechecks", "steps", "windows"},
     "replacements": {"errors", "forms", "planning", "sizechecks", "steps", "windows"},
-    "dynamic": {"errors", "forms", "planning", "sizechecks", "steps", "windows", "replacements"},
+    "tiling": {"errors", "forms", "planning", "sizechecks", "steps", "windows", "replacements"},
+    "dynamic": {"errors", "forms", "planning", "sizechecks", "steps", "windows", "replacements", "tiling"},
     "indices": {"errors", "forms", "planning", "sizechecks", "steps", "windows", "replacements"},
 }
 GRAPH_WORK = set().union(*ALLOWED.values(), ALLOWED) | {"recording", "intercepting", "checking", "report", "proving"}
@@ -51,6 +52,7 @@ FORBIDDEN_THIRD_PARTY: dict[str, tuple[str, ...]] = {
             "calls",
             "example",
             "replacements",
+            "tiling",
             "dynamic",
             "indices",
             "forms",

@@ -126,14 +126,15 @@ def test_dynamic_size_mode_is_exact_at_every_size(dynamo: bool, tmp_path) -> Non
     model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.AdaptiveAvgPool2d((7, 5))).eval()
     path = tmp_path / "dyn.onnx"
     result = fxpool.export(model, torch.randn(1, 3, 10, 10), path, dynamo=dynamo, dynamic=True, **dynamic_hw(dynamo, smallest=2))
-    assert not {"GatherND", "Loop", "If", "ScatterND"} & set(result.op_histogram)  # Where: the window mask
-    for h, w in [(4, 3), (10, 10), (13, 17), (31, 64), (7, 5), (100, 9)]:
+    assert not {"GatherND", "Loop", "ScatterND"} & set(result.op_histogram)  # Where: the window mask
+    assert result.op_histogram.get("If", 0) == dynamo  # the dynamo graph reshapes where the windows tile (7x5, 14x10)
+    for h, w in [(4, 3), (10, 10), (13, 17), (31, 64), (7, 5), (100, 9), (14, 10)]:
         x = torch.randn(1, 3, h, w)
         (out,) = run_onnxruntime(str(path), (x,))
         torch.testing.assert_close(torch.from_numpy(out), model(x), rtol=1e-5, atol=1e-5)
 
 
-DYNAMIC_MAX_SIZES = [(4, 3), (10, 10), (13, 17), (31, 64), (7, 5), (100, 9), (1, 1)]
+DYNAMIC_MAX_SIZES = [(4, 3), (10, 10), (13, 17), (31, 64), (7, 5), (100, 9), (1, 1), (21, 15)]
 
 
 @pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
@@ -192,11 +193,11 @@ EXPORT_TIME_POOLS = {  # name: (pool, example shape, the dynamic axes, sizes to 
         lambda x: F.interpolate(x, size=(7, 5), mode="area"),
         (1, 3, 10, 10),
         (2, 3),
-        [(4, 3), (10, 10), (13, 17), (31, 64), (3, 100)],
+        [(4, 3), (10, 10), (13, 17), (31, 64), (3, 100), (14, 10)],
     ),
-    "none-x4": (lambda x: F.adaptive_avg_pool2d(x, (None, 4)), (1, 3, 10, 10), (2, 3), [(5, 9), (12, 3)]),
+    "none-x4": (lambda x: F.adaptive_avg_pool2d(x, (None, 4)), (1, 3, 10, 10), (2, 3), [(5, 9), (12, 3), (7, 8)]),
     "1d-5": (lambda x: F.interpolate(x, size=5, mode="area"), (2, 3, 12), (2,), [(7,), (5,), (3,), (64,)]),
-    "3d-2x3x4": (lambda x: F.adaptive_avg_pool3d(x, (2, 3, 4)), (1, 2, 6, 7, 8), (2, 3, 4), [(5, 5, 5), (9, 4, 13)]),
+    "3d-2x3x4": (lambda x: F.adaptive_avg_pool3d(x, (2, 3, 4)), (1, 2, 6, 7, 8), (2, 3, 4), [(5, 5, 5), (9, 4, 13), (4, 6, 8)]),
     "area-scale-0.4": (
         lambda x: F.interpolate(x, scale_factor=0.4, mode="area"),
         (1, 3, 10, 10),
@@ -218,7 +219,8 @@ def test_export_time_pools_export_with_dynamic_spatial_axes_exactly(case: str, d
         options = {"dynamic_axes": {"x": {a: f"d{a}" for a in axes}}, "input_names": ["x"]}
     result = fxpool.export(model, torch.randn(*shape), path, dynamo=dynamo, dynamic=True, **options)
     assert "Range" in result.op_histogram  # the windows are built from the runtime size
-    assert not (FORBIDDEN - {"Where"}) & set(result.op_histogram), result.op_histogram  # Where: a window mask
+    allowed = {"Where", "If"} if dynamo else {"Where"}  # a window mask; the dynamo graph's If for windows that tile
+    assert not (FORBIDDEN - allowed) & set(result.op_histogram), result.op_histogram
     for spatial in sizes:
         x = torch.randn(*shape[:2], *spatial)
         x.view(-1)[::7], x.view(-1)[3::11], x.view(-1)[5::13] = float("nan"), float("inf"), float("-inf")
