@@ -68,7 +68,7 @@ def spatial_first(x: torch.Tensor, dims: int, zero_after: int | None = None) -> 
     is appended to that spatial axis in the same copy (:func:`window_sums` of short windows reads it)."""
     moved = x.flatten(0, -dims - 1).permute(list(range(1, dims + 1)) + [0])
     if zero_after is not None:
-        return append_zeros(moved, [zero_after])  # contiguous: the padded copy is a new tensor
+        return append_zeros(moved, [zero_after], dims + 1)  # contiguous: the padded copy is a new tensor
     return moved.clone(memory_format=torch.contiguous_format)
 
 
@@ -106,20 +106,17 @@ def window_sums(
     starts, ends = runtime_window_bounds(length, out_size, y.device)
     if out_size == 1:
         return span_sum(y, dim, dims + 1).unsqueeze(dim), ends - starts
-    symbolic, short = _symbolic(length), short_windows(length, out_size)
-    if short or symbolic:  # one block of ``ceil(L/o) + 1`` entries per window
+    symbolic = _symbolic(length)
+    if symbolic or short_windows(length, out_size):  # past its end a window reads the zero appended at ``length``
         positions = _positions(starts, 0, _div(length + (out_size - 1), out_size) + 1, y)
-    if symbolic:
-        inside = positions < ends.unsqueeze(1)
-        windows = gather_windows(y, dim, torch.minimum(positions, ends.unsqueeze(1) - 1))
-        return span_sum(torch.where(_along(inside, dim, dims), windows, 0.0), dim + 1, dims + 2), ends - starts
-    if short:  # past its end a window reads the zero appended at ``length``
         padded = torch.where(positions < ends.unsqueeze(1), positions, length)
-        padded_y = y if zero_appended else append_zeros(y, [dim])
+        padded_y = y if zero_appended else append_zeros(y, [dim], dims + 1)
 
         def block_sums(rows: slice) -> torch.Tensor:  # each group's block dies in its sum
             return span_sum(gather_windows(padded_y, dim, padded[rows]), dim + 1, dims + 2)
 
+        if symbolic:  # not padded[:], a Slice the dynamo exporter drops inside an If, leaving its bounds behind
+            return span_sum(gather_windows(padded_y, dim, padded), dim + 1, dims + 2), ends - starts
         across = math.prod(static_size(n) for axis, n in enumerate(y.shape) if axis != dim)
         block_bytes = static_size(padded.numel()) * across * y.element_size()
         return _in_groups(out_size, block_bytes, GROUPED_BLOCK_BYTES, dim, block_sums), ends - starts
@@ -319,7 +316,7 @@ class DynamicAdaptiveAvgPool(_DynamicPool):
         elif pooled:
             lead, order = x.shape[:-dims], shrinking_first(pooled, x, dims)
             first, first_size = order[0]
-            padded = short_windows(x.shape[first - dims], first_size)
+            padded = _symbolic(x.shape[first - dims]) or short_windows(x.shape[first - dims], first_size)
             x = spatial_first(x, dims, first if padded else None)
             counts = None
             for axis, size in order:

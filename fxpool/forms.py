@@ -135,10 +135,10 @@ def span_sum(windows: torch.Tensor, dim: int, rank: int | None = None) -> torch.
     return torch.einsum(f"{axes}->{axes[:dim]}{axes[dim + 1 :]}", windows)
 
 
-def append_zeros(x: torch.Tensor, dims: Sequence[int]) -> torch.Tensor:
-    """``x`` with one zero appended to each of ``dims``: one Pad."""
+def append_zeros(x: torch.Tensor, dims: Sequence[int], rank: int | None = None) -> torch.Tensor:
+    """``x`` with one zero appended to each of ``dims``: one Pad (``rank``: ``x.dim()``, which a torch.fx Proxy lacks)."""
     padded = set(dims)
-    return F.pad(x, [p for d in reversed(range(x.dim())) for p in (0, int(d in padded))])
+    return F.pad(x, [p for d in reversed(range(x.dim() if rank is None else rank)) for p in (0, int(d in padded))])
 
 
 def concat_zero(x: torch.Tensor, dim: int) -> torch.Tensor:

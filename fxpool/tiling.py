@@ -27,10 +27,10 @@ _ONNX_DTYPES = {torch.float32: 1, torch.float16: 10, torch.float64: 11, torch.bf
 
 
 def tiling_condition(x: torch.Tensor, out_sizes: Sequence[int | None], family: str) -> Any:
-    """Whether every pooled axis of ``x`` is a multiple of its output size (and not shorter): a SymBool where the
-    dynamo ONNX exporter traces an average pool at a symbolic size, True where every such size is static; None
-    where no branch is taken: another tracer, dynamo itself (it would guard on the SymBool), a static size that
-    does not tile, or a max pool."""
+    """Whether every pooled axis of ``x`` is a multiple of its output size, at least twice it (an identity ran faster
+    as gathers than as a ReduceMean over axes of one entry): a SymBool where the dynamo ONNX exporter traces an
+    average pool at a symbolic size, True where every such size is static; None where no branch is taken: another
+    tracer, dynamo itself (it would guard on the SymBool), a static size that does not tile, or a max pool."""
     if family != "avg" or not torch.compiler.is_exporting() or torch.compiler.is_dynamo_compiling() or not in_onnx_export():
         return None
     dims, conditions = len(out_sizes), list[Any]()
@@ -39,10 +39,10 @@ def tiling_condition(x: torch.Tensor, out_sizes: Sequence[int | None], family: s
         if out_size is None:
             continue
         if isinstance(length, int):
-            if length % out_size or length < out_size:
+            if length % out_size or length < 2 * out_size:
                 return None
         else:
-            conditions.append((length % out_size == 0) & (length >= out_size))
+            conditions.append((length % out_size == 0) & (length >= 2 * out_size))
     return functools.reduce(operator.and_, conditions) if conditions else True
 
 

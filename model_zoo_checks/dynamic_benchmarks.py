@@ -1,8 +1,9 @@
 """The ``dynamic`` benchmark section: one ``dynamic=True`` graph at sizes it was and was not exported at.
 
-Per pool case of ``benchmarks.SHAPES`` and per intra-op thread count (1 and 2), one ONNX graph of
-``fxpool.convert(pool, x, dynamic=True)`` (the TorchScript exporter, spatial axes dynamic) runs at the
-example's size and two others (about 1.3x and 0.7x per axis), each timed side by side with, at that size:
+Per pool case of ``benchmarks.SHAPES`` and per intra-op thread count (1 and 2), the ONNX graphs of
+``fxpool.convert(pool, x, dynamic=True)`` by each exporter (TorchScript's ``dynamic``, dynamo's
+``dynamic_dynamo``, spatial axes dynamic) run at the example's size and two others (about 1.3x and 0.7x per
+axis), each timed side by side with, at that size:
 fxpool's static graph exported for it, OpenVINO's native AdaptiveAvgPool/AdaptiveMaxPool compiled once with
 dynamic spatial dimensions, and the read-once floor (one ReduceMax over the spatial axes). Medians of
 alternating repeats (``model_zoo_checks.timing``); ratios within one run are what to read on a loaded machine.
@@ -16,8 +17,11 @@ of max pools (one more ``Abs`` of each flagged block in onnxruntime).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import tempfile
+import warnings
 import weakref
 from contextlib import nullcontext
 from typing import Any
@@ -92,7 +96,13 @@ def other_sizes(spatial: tuple[int, ...]) -> list[tuple[int, ...]]:
     return [spatial] + [tuple(max(1, math.ceil(s * scale)) for s in spatial) for scale in SCALES]
 
 
-def _export(module: nn.Module, x: torch.Tensor, path: str, dynamic_spatial: bool) -> None:
+def _export(module: nn.Module, x: torch.Tensor, path: str, dynamic_spatial: bool, dynamo: bool = False) -> None:
+    if dynamo:  # dynamic_shapes, as the dynamo exporter asks (its dynamic_axes are translated to them)
+        shapes = ({a: torch.export.Dim.DYNAMIC for a in range(2, x.dim())},) if dynamic_spatial else None
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            torch.onnx.export(module, (x,), path, dynamo=True, input_names=["x"], dynamic_shapes=shapes)
+        return
     axes = {"x": {a: f"s{a}" for a in range(2, x.dim())}} if dynamic_spatial else None
     torch.onnx.export(module, (x,), path, dynamo=False, input_names=["x"], dynamic_axes=axes)
 
@@ -130,13 +140,15 @@ def dynamic_case(
     native = _native(family, output).eval()
     dims = len(output)
     converted = fxpool.convert(native, x, dynamic=True)
-    dynamic_path = f"{workdir}/dynamic.onnx"
+    dynamic_path, dynamo_path = f"{workdir}/dynamic.onnx", f"{workdir}/dynamic_dynamo.onnx"
     _export(converted, x, dynamic_path, dynamic_spatial=True)
+    _export(converted, x, dynamo_path, dynamic_spatial=True, dynamo=True)
     row: dict[str, Any] = {"form": fxpool.report_of(converted).records[0].replacement, "sizes": {}}
     requests = {threads: _openvino_dynamic(native, x, threads) for threads in THREADS}
     for spatial in other_sizes(tuple(shape[-dims:])):
         xs = torch.randn(tuple(shape[:-dims]) + spatial)
-        paths = {"dynamic": dynamic_path, "static": f"{workdir}/static.onnx", "floor": f"{workdir}/floor.onnx"}
+        paths = {"dynamic": dynamic_path, "dynamic_dynamo": dynamo_path}
+        paths |= {"static": f"{workdir}/static.onnx", "floor": f"{workdir}/floor.onnx"}
         _export(fxpool.convert(native, xs), xs, paths["static"], dynamic_spatial=False)
         _export(_Floor(dims), xs, paths["floor"], dynamic_spatial=False)
         array = xs.numpy()
@@ -171,8 +183,9 @@ def dynamic_section(shapes: Any, repeats: int, only: str = "") -> list[dict[str,
 
 
 HEADER = (
-    "\n| dynamic pool | size | dynamic ms (1 thread) | / static | / OpenVINO dynamic | / floor | (2 threads) / static "
-    "| / OpenVINO dynamic | peak / (in + out) |\n|---|---|---|---|---|---|---|---|---|\n"
+    "\n| dynamic pool | size | dynamic ms (1 thread) | / static | / OpenVINO dynamic | / floor | dynamo's / static "
+    "| (2 threads) / static | / OpenVINO dynamic | dynamo's / static | peak / (in + out) |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|\n"
 )
 
 
@@ -184,5 +197,6 @@ def dynamic_line(row: dict[str, Any]) -> str:
     return (
         f"| {row['case']} | {row['size']} | {row['t1_dynamic'] * 1e3:.3f} | {ratio('t1_dynamic', 't1_static')} "
         f"| {ratio('t1_dynamic', 't1_openvino_dynamic')} | {ratio('t1_dynamic', 't1_floor')} "
-        f"| {ratio('t2_dynamic', 't2_static')} | {ratio('t2_dynamic', 't2_openvino_dynamic')} | {memory} |"
+        f"| {ratio('t1_dynamic_dynamo', 't1_static')} | {ratio('t2_dynamic', 't2_static')} "
+        f"| {ratio('t2_dynamic', 't2_openvino_dynamic')} | {ratio('t2_dynamic_dynamo', 't2_static')} | {memory} |"
     )

@@ -185,6 +185,9 @@ def dynamic_figure(results: dict[str, Any]) -> Figure | None:
             for r, marker in zip(rows, marker_of):
                 if r.get(key):
                     ax.scatter(r["t1_dynamic"] / r[key], names.index(r["case"]), marker=marker, s=22, color=FXPOOL, zorder=3)
+                if key == "t1_static" and r.get("t1_dynamic_dynamo"):  # the dynamo exporter's graph: hollow
+                    y, ratio = names.index(r["case"]), r["t1_dynamic_dynamo"] / r[key]
+                    ax.scatter(ratio, y, marker=marker, s=22, facecolors="none", edgecolors=FXPOOL, zorder=3)
             ax.axvline(goal, color=NATIVE, linewidth=2)
             ax.set_xscale("log")
             ax.set_title(title)
@@ -195,10 +198,15 @@ def dynamic_figure(results: dict[str, Any]) -> Figure | None:
             Line2D([], [], color=FXPOOL, marker=m, linestyle="", label=label)
             for m, label in zip(markers, ("the example's size", "about 1.3x it", "about 0.7x it"))
         ]
+        if any(r.get("t1_dynamic_dynamo") for r in rows):
+            handles += [
+                Line2D([], [], color=FXPOOL, marker="o", markerfacecolor="none", linestyle="", label="dynamo exporter's graph")
+            ]
         handles += [Line2D([], [], color=NATIVE, linewidth=2, label="the issue's goal (1.5x static, 1.0x OpenVINO)")]
         figure.legend(handles=handles, loc="outside upper center", ncol=4, frameon=False, fontsize=8)
         figure.supxlabel(
-            "the dynamic graph's forward time in onnxruntime, one thread (log scale; left of the orange line: within the goal)\n"
+            "the dynamic graph's forward time in onnxruntime, one thread (filled: the TorchScript exporter's graph; "
+            "log scale; left of the orange line: within the goal)\n"
             + measured_by(results, 'make bench BENCH_ARGS="--sections dynamic"', "dynamic", "1 thread"),
             fontsize=8,
         )

@@ -283,12 +283,13 @@ def bench_chunks(results: dict[str, Any]) -> dict[str, list[str]]:
         for threads, extra in ((1, ("ms", "peak / in+out")), (2, ())):
             lines += [f"**{threads} thread{'s' if threads > 1 else ''}**", ""]
             lines += _table(
-                ("case", "size", "/ static", "/ OpenVINO dynamic", *extra),
+                ("case", "size", "/ static", "dynamo's / static", "/ OpenVINO dynamic", *extra),
                 [
                     (
                         r["case"],
                         r["size"],
                         _over(r, f"t{threads}_dynamic", f"t{threads}_static"),
+                        _over(r, f"t{threads}_dynamic_dynamo", f"t{threads}_static"),
                         _over(r, f"t{threads}_dynamic", f"t{threads}_openvino_dynamic"),
                         *((_fmt(r[f"t{threads}_dynamic"] * 1e3, ".3f"), _fmt(r.get("peak_over_in_out"))) if extra else ()),
                     )
@@ -527,9 +528,35 @@ def dynamic_caption(results: dict[str, Any]) -> str:
             if tiling
             else "."
         ),
+        _dynamo_line(rows),
         f"Peak memory: {_range(peaks)} input plus output." if peaks else "",
     ]
     return _lines([line for line in lines if line])
+
+
+def _reshaped(length: str, out_size: int) -> bool:
+    """Whether the dynamo graph's If reshapes an average pool's axis (:func:`fxpool.tiling.tiling_condition`)."""
+    return int(length) % out_size == 0 and int(length) >= 2 * out_size
+
+
+def _dynamo_line(rows: list[dict[str, Any]]) -> str:
+    """The dynamo exporter's dynamic graphs over the static ones, and where its If reshapes (average windows that tile)."""
+    timed = [r for r in rows if r.get("t1_dynamic_dynamo")]
+    if not timed:
+        return ""
+    ratios = [r["t1_dynamic_dynamo"] / r["t1_static"] for r in timed]
+    reshaped = [r for r in timed if "means" in r["form"] and all(map(_reshaped, r["size"].split("x"), r["output"]))]
+    line = (
+        f"The dynamo exporter's graphs over the static ones: {_range(ratios)}, at most 1.5 in "
+        f"{sum(ratio <= 1.5 for ratio in ratios)} of {len(timed)}"
+    )
+    if reshaped:
+        line += (
+            f"; where average windows tile every axis its If reshapes ({len(reshaped)} sizes): "
+            f"{_range([r['t1_dynamic_dynamo'] / r['t1_static'] for r in reshaped])}, the TorchScript graph "
+            f"{_range([r['t1_dynamic'] / r['t1_static'] for r in reshaped])}"
+        )
+    return line + "."
 
 
 def convert_caption(results: dict[str, Any]) -> str:

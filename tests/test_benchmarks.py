@@ -82,7 +82,7 @@ def test_the_dynamic_case_times_one_graph_at_three_sizes_against_every_contender
 
     row = dynamic_benchmarks.dynamic_case(family, (1, 4, 10, 10), (7, 7), repeats=1, workdir=str(tmp_path))
     assert list(row["sizes"]) == ["10x10", "13x13", "7x7"] and row["form"].startswith("dynamic window")
-    forms = {"dynamic", "static", "floor", "openvino_dynamic"}
+    forms = {"dynamic", "dynamic_dynamo", "static", "floor", "openvino_dynamic"}
     for times in row["sizes"].values():
         assert {f"t{t}_{form}" for t in (1, 2) for form in forms} <= set(times)
         assert all(times[k] > 0 for k in times) and 1 <= times["peak_over_in_out"] < 20
