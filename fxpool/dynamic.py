@@ -16,7 +16,6 @@ One graph serves every size: no Loop, If, GatherND or ScatterND."""
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +27,7 @@ from .forms import append_zeros, flagged_maximum, keep_memory_format, needs_grad
 from .planning import DynamicKind
 from .replacements import native_pool_function, native_pool_module, normalized_output_size
 from .sizechecks import check_input, in_onnx_export, plain_eager, static_size
-from .tiling import reshape_target, reshaped_mean, tiling_condition
+from .tiling import average_where_tiling
 
 torch.fx.wrap("check_input")  # a leaf here too, so converted models trace again with torch.fx
 
@@ -274,14 +273,10 @@ class _DynamicPool(nn.Module):
         upcast = self.family == "avg" and (not isinstance(dtype, torch.dtype) or dtype in _LOW_PRECISION)  # a Proxy: cast
         if upcast:
             x = x.to(torch.promote_types(dtype, torch.float32))  # rounded once, as PyTorch does
-        tiling = tiling_condition(x, self.out_sizes, self.family)
-        if tiling is None:
+        if self.family == "avg":  # dynamo traces the branches: they get ``onnx`` (it answers False for is_in_onnx_export)
+            x = average_where_tiling(x, self.out_sizes, lambda y: self._windows(y, onnx))
+        else:
             x = self._windows(x, onnx)
-        elif tiling is True:
-            x = reshaped_mean(x, reshape_target(x, self.out_sizes), self.out_sizes)
-        else:  # dynamo traces the branches: they get ``onnx``, as it answers False for is_in_onnx_export
-            tiled = functools.partial(reshaped_mean, out_sizes=self.out_sizes)
-            x = torch.cond(tiling, tiled, lambda y, _: self._windows(y, onnx), (x, reshape_target(x, self.out_sizes)))
         return keep_memory_format(source, x.to(dtype) if upcast else x, len(self.out_sizes))
 
     def _pooled(self) -> list[tuple[int, int]]:

@@ -20,18 +20,18 @@ import fxpool
 
 onnxruntime = pytest.importorskip("onnxruntime")
 
-POOLS = {  # name: (pool, example spatial size, sizes to run at: tiling ones first, then others)
-    "1d 6": (lambda family: getattr(nn, f"Adaptive{family}Pool1d")(6), (13,), [(12,), (6,), (18,), (7,), (4,), (2,)]),
+POOLS = {  # name: (pool, example spatial size, sizes to run at: tiling ones (short and long blocks) first, then others)
+    "1d 6": (lambda family: getattr(nn, f"Adaptive{family}Pool1d")(6), (13,), [(12,), (48,), (6,), (18,), (7,), (4,), (2,)]),
     "2d 7x5": (
         lambda family: getattr(nn, f"Adaptive{family}Pool2d")((7, 5)),
         (10, 10),
-        [(14, 10), (7, 5), (21, 5), (14, 11), (8, 5), (3, 4)],
+        [(14, 10), (56, 40), (56, 10), (7, 5), (21, 5), (14, 11), (8, 5), (3, 4)],
     ),
-    "2d None x4": (lambda family: getattr(nn, f"Adaptive{family}Pool2d")((None, 4)), (5, 9), [(5, 8), (3, 4), (6, 9)]),
+    "2d None x4": (lambda family: getattr(nn, f"Adaptive{family}Pool2d")((None, 4)), (5, 9), [(5, 8), (9, 32), (3, 4), (6, 9)]),
     "3d 3x7x7": (
         lambda family: getattr(nn, f"Adaptive{family}Pool3d")((3, 7, 7)),
         (5, 10, 10),
-        [(6, 14, 14), (3, 7, 7), (6, 14, 15), (2, 5, 9)],
+        [(6, 14, 14), (24, 56, 56), (3, 7, 7), (6, 14, 15), (2, 5, 9)],
     ),
 }
 
