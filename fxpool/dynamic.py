@@ -5,14 +5,16 @@ computed by integer shape arithmetic on the runtime length (Range, Mul, Div in O
 ``torch.export``, which add no guard). Every window holds ``L // o`` to ``L // o + 2`` entries, so work and
 memory are linear in the input. The forms (:class:`~fxpool.planning.DynamicForm`; docs/export.md has the
 measurements): ``gathers`` moves the spatial axes in front and gathers and reduces each axis's windows
-(:func:`window_sums`, :func:`window_maxima`); ``slices`` slices each window from its runtime bounds, under
-TorchScript tracing only (symbolic slice bounds add guards that named Dims refuse).
+(:func:`window_sums`, :func:`window_maxima`); ``slices`` slices each window from its runtime bounds, under the
+ONNX exporters and ``torch.jit.trace`` (the dynamo exporter's Slices written as ONNX: PyTorch's slices to symbolic
+bounds add guards that named Dims refuse). Under the dynamo exporter an average pool's windows that tile are
+reshaped instead, behind an If (:mod:`fxpool.tiling`).
 
 Under ONNX export a maximum carries a NaN flag (:func:`~fxpool.forms.nan_flagged`), and no gathered block is ever
 empty, at any size: OpenVINO compiles an empty Gather at a static size into SIGFPE, and PyTorch's amax refuses one.
 Other tracers get ``torch.max(dim)``, last axis first, so a tie's gradient lands where PyTorch's kernel sends it.
 Eager and ``torch.compile`` run PyTorch's own kernel; :meth:`_DynamicPool.traced_form` runs the graph form in eager.
-One graph serves every size: no Loop, If, GatherND or ScatterND."""
+One graph serves every size: no Loop, GatherND or ScatterND."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import torch
 from torch import nn
 
 from .forms import append_zeros, flagged_maximum, keep_memory_format, needs_gradient, span_sum
+from .onnxnodes import window_slices
 from .planning import DynamicKind
 from .replacements import native_pool_function, native_pool_module, normalized_output_size
 from .sizechecks import check_input, in_onnx_export, plain_eager, static_size
@@ -193,13 +196,16 @@ def _block_maximum(windows: torch.Tensor, dim: int, flag_nan: bool, grad: bool) 
 
 def slice_reduce(y: torch.Tensor, dim: int, out_size: int, family: str, flag_nan: bool) -> torch.Tensor:
     """Each window sliced from its runtime bounds along ``dim`` and reduced (its mean, or its maximum), the
-    results concatenated: one Slice and one ReduceMean/ReduceMax per window."""
-    length = y.shape[dim]
-    before = (slice(None),) * dim
-    parts = []
-    for i in range(out_size):
-        window = y[before + (slice(_div(i * length, out_size), _div((i + 1) * length + out_size - 1, out_size)),)]
-        parts.append(window.mean(dim) if family == "avg" else _block_maximum(window, dim, flag_nan, True))
+    results concatenated: one Slice and one ReduceMean/ReduceMax per window. Under ``torch.export`` (the dynamo
+    ONNX exporter) the Slices are ONNX's own (:func:`~fxpool.onnxnodes.window_slices`): PyTorch's slice to
+    symbolic bounds adds guards."""
+    if torch.compiler.is_exporting():
+        windows = window_slices(y, dim, out_size)
+    else:
+        length, before = y.shape[dim], (slice(None),) * dim
+        bounds = [(_div(i * length, out_size), _div((i + 1) * length + out_size - 1, out_size)) for i in range(out_size)]
+        windows = [y[before + (slice(start, end),)] for start, end in bounds]
+    parts = [window.mean(dim) if family == "avg" else _block_maximum(window, dim, flag_nan, True) for window in windows]
     return torch.stack(parts, dim)
 
 
@@ -285,8 +291,9 @@ class _DynamicPool(nn.Module):
     def _windows(self, x: torch.Tensor, onnx: bool) -> torch.Tensor:
         raise NotImplementedError
 
-    def _slicing(self) -> bool:
-        return self.kind == "slices" and torch.jit.is_tracing()
+    def _slicing(self, onnx: bool) -> bool:
+        """Window slices where the form is ``slices`` and an ONNX exporter (or ``torch.jit.trace``) traces."""
+        return self.kind == "slices" and (torch.jit.is_tracing() or (onnx and torch.compiler.is_exporting()))
 
 
 def shrinking_first(pooled: list[tuple[int, int]], x: torch.Tensor, dims: int) -> list[tuple[int, int]]:
@@ -305,7 +312,7 @@ class DynamicAdaptiveAvgPool(_DynamicPool):
 
     def _windows(self, x: torch.Tensor, onnx: bool) -> torch.Tensor:
         dims, pooled = len(self.out_sizes), self._pooled()
-        if self._slicing():
+        if self._slicing(onnx):
             for axis, size in pooled:
                 x = slice_reduce(x, x.dim() - dims + axis, size, "avg", False)
         elif pooled:
@@ -334,7 +341,7 @@ class DynamicAdaptiveMaxPool(_DynamicPool):
             pooled.reverse()  # last axis first: the first maximum in row-major order takes a tie's gradient
         else:
             pooled = shrinking_first(pooled, x, dims)
-        if self._slicing():
+        if self._slicing(onnx):
             for axis, size in pooled:
                 x = slice_reduce(x, x.dim() - dims + axis, size, "max", onnx)
         elif pooled:

@@ -19,15 +19,13 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import torch
 
+from .onnxnodes import onnx_node, onnx_shape
 from .sizechecks import in_onnx_export
 
 LONG_BLOCKS = 8  # blocks at least this long on every axis are summed one axis at a time
-# TensorProto data types of the dtypes a pool's input may have
-_ONNX_DTYPES = {torch.float32: 1, torch.float16: 10, torch.float64: 11, torch.bfloat16: 16, torch.int64: 7}
 
 
 def average_where_tiling(
@@ -38,12 +36,10 @@ def average_where_tiling(
     static sizes the choice is made here; not where dynamo itself traces (it would guard on the condition)."""
     if not torch.compiler.is_exporting() or torch.compiler.is_dynamo_compiling() or not in_onnx_export():
         return windows(x)
-    from torch.onnx import ops  # noqa: F401  (registers torch.ops.onnx_symbolic)
-
     dims, rank = len(out_sizes), x.dim()
     pooled = [(rank - dims + axis, size) for axis, size in enumerate(out_sizes) if size is not None]
     lengths = [x.shape[i] for i, _ in pooled]
-    shape = _onnx_node("Shape", [x], torch.int64, [rank])
+    shape = onnx_shape(x)
     targets = (_at_once_target(shape, out_sizes), *_by_axis_targets(shape, out_sizes))
     at_once = functools.partial(averaged_at_once, out_sizes=out_sizes)
     by_axis = functools.partial(summed_by_axis, out_sizes=out_sizes)
@@ -71,7 +67,7 @@ def averaged_at_once(x: torch.Tensor, target: torch.Tensor, *_: torch.Tensor, ou
         length = x.shape[axis - dims]
         sizes += [length] if out_size is None else [out_size, length // out_size]
         blocks += [] if out_size is None else [len(sizes) - 1]
-    return _onnx_node("Reshape", [x, target], x.dtype, sizes).mean(blocks)
+    return onnx_node("Reshape", [x, target], x.dtype, sizes).mean(blocks)
 
 
 def summed_by_axis(x: torch.Tensor, _: torch.Tensor, *targets: torch.Tensor, out_sizes: Sequence[int | None]) -> torch.Tensor:
@@ -84,9 +80,9 @@ def summed_by_axis(x: torch.Tensor, _: torch.Tensor, *targets: torch.Tensor, out
     for (i, out_size), target in zip(pooled, targets):
         block = sizes[i] // out_size
         shape = [math.prod(sizes[:i]) * out_size, block] + ([math.prod(sizes[i + 1 :])] if i + 1 < len(sizes) else [])
-        x = _onnx_node("Reshape", [x, target], x.dtype, shape).sum(1)
+        x = onnx_node("Reshape", [x, target], x.dtype, shape).sum(1)
         sizes[i], count = out_size, count * block
-    return _onnx_node("Reshape", [x, targets[-1]], x.dtype, sizes) / count
+    return onnx_node("Reshape", [x, targets[-1]], x.dtype, sizes) / count
 
 
 def _at_once_target(shape: torch.Tensor, out_sizes: Sequence[int | None]) -> torch.Tensor:
@@ -117,22 +113,3 @@ def _by_axis_targets(shape: torch.Tensor, out_sizes: Sequence[int | None]) -> li
 def _all(conditions: list[torch.Tensor]) -> torch.Tensor:
     """Every one of ``conditions`` (one-entry bool tensors): one And each."""
     return functools.reduce(torch.logical_and, conditions)
-
-
-def _onnx_node(op_type: str, inputs: list[torch.Tensor], dtype: torch.dtype, shape: list[Any]) -> torch.Tensor:
-    """One ONNX node without attributes, its output of ``dtype`` and ``shape`` (torch.onnx.ops.symbolic's own op,
-    called directly: dynamo, which traces ``torch.cond``'s branches, does not trace that wrapper)."""
-    return torch.ops.onnx_symbolic._symbolic(
-        inputs,
-        op_type,
-        _ONNX_DTYPES[dtype],
-        shape=shape,
-        attr_keys=[],
-        attr_types=[],
-        attr_pos=[],
-        attr_ints=[],
-        attr_floats=[],
-        attr_strs=[],
-        metadata_props_keys=[],
-        metadata_props_values=[],
-    )

@@ -125,7 +125,11 @@ def peak_memory(module: nn.Module, x: torch.Tensor) -> dict[str, float]:
     gets; else the window gathers; ``torch.export`` with a dynamic dimension gets one masked block per axis,
     more): the input, plus the most bytes its tensors hold at once, against input plus output."""
     slices = getattr(module, "kind", "") == "slices"
-    with torch.no_grad(), PeakBytes() as meter, mock.patch.object(module, "_slicing", lambda: True) if slices else nullcontext():
+    with (
+        torch.no_grad(),
+        PeakBytes() as meter,
+        mock.patch.object(module, "_slicing", lambda onnx: True) if slices else nullcontext(),
+    ):
         out = module.traced_form(x)
     size_in, size_out = x.untyped_storage().nbytes(), out.untyped_storage().nbytes()
     peak = size_in + meter.peak

@@ -24,8 +24,9 @@ ALLOWED: dict[str, set[str]] = {
     "sizechecks": {"errors"},
     "forms": {"errors", "sizechecks", "steps", "windows"},
     "replacements": {"errors", "forms", "planning", "sizechecks", "steps", "windows"},
-    "tiling": {"errors", "forms", "planning", "sizechecks", "steps", "windows", "replacements"},
-    "dynamic": {"errors", "forms", "planning", "sizechecks", "steps", "windows", "replacements", "tiling"},
+    "onnxnodes": {"errors", "forms", "planning", "sizechecks", "steps", "windows", "replacements"},
+    "tiling": {"errors", "forms", "planning", "sizechecks", "steps", "windows", "replacements", "onnxnodes"},
+    "dynamic": {"errors", "forms", "planning", "sizechecks", "steps", "windows", "replacements", "onnxnodes", "tiling"},
     "indices": {"errors", "forms", "planning", "sizechecks", "steps", "windows", "replacements"},
 }
 GRAPH_WORK = set().union(*ALLOWED.values(), ALLOWED) | {"recording", "intercepting", "checking", "report", "proving"}
@@ -52,6 +53,7 @@ FORBIDDEN_THIRD_PARTY: dict[str, tuple[str, ...]] = {
             "calls",
             "example",
             "replacements",
+            "onnxnodes",
             "tiling",
             "dynamic",
             "indices",

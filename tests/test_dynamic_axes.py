@@ -154,7 +154,11 @@ def test_a_dynamic_conversion_from_an_example_of_size_one_exports_exact_at_other
 
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
-@pytest.mark.parametrize(("pool", "size"), [(nn.AdaptiveMaxPool2d(7), 10), (nn.AdaptiveMaxPool1d(101), 1000)], ids=["10->7", "1d"])
+@pytest.mark.parametrize(
+    ("pool", "size"),
+    [(nn.AdaptiveMaxPool2d(7), 10), (nn.AdaptiveMaxPool1d(101), 1000), (nn.AdaptiveMaxPool2d(6), 64)],
+    ids=["10->7", "1d", "slices 64->6"],
+)
 def test_the_dynamo_exporters_strict_capture_keeps_nan_in_max_windows(pool: nn.Module, size: int, dynamic: bool, tmp_path) -> None:
     """The dynamo ONNX exporter falls back to ``torch.export(strict=True)`` where ``strict=False`` fails. Dynamo
     answers False for ``torch.onnx.is_in_onnx_export()``, so the graph lost the NaN flag of its maxima, and

@@ -1,0 +1,51 @@
+"""ONNX nodes written directly into what the dynamo ONNX exporter traces, where PyTorch ops would make
+``torch.export`` guard on symbolic sizes (a Reshape to ``L // o``, a Slice to runtime bounds): guards that named
+Dims refuse and that ONNX drops. Each node is torch.onnx's symbolic op, its output declared by dtype and shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+# TensorProto data types of the dtypes a pool's input and its shapes may have
+_ONNX_DTYPES = {torch.float32: 1, torch.float16: 10, torch.float64: 11, torch.bfloat16: 16, torch.int64: 7}
+
+
+def onnx_node(op_type: str, inputs: list[torch.Tensor], dtype: torch.dtype, shape: list[Any]) -> torch.Tensor:
+    """One ONNX node without attributes, its output of ``dtype`` and ``shape`` (torch.onnx.ops.symbolic's own op,
+    called directly: dynamo, which traces ``torch.cond``'s branches, does not trace that wrapper)."""
+    from torch.onnx import ops  # noqa: F401  (registers torch.ops.onnx_symbolic)
+
+    return torch.ops.onnx_symbolic._symbolic(
+        inputs,
+        op_type,
+        _ONNX_DTYPES[dtype],
+        shape=shape,
+        attr_keys=[],
+        attr_types=[],
+        attr_pos=[],
+        attr_ints=[],
+        attr_floats=[],
+        attr_strs=[],
+        metadata_props_keys=[],
+        metadata_props_values=[],
+    )
+
+
+def onnx_shape(x: torch.Tensor) -> torch.Tensor:
+    """``x``'s shape as an int64 tensor: one ONNX Shape, the source of every runtime size computed from it."""
+    return onnx_node("Shape", [x], torch.int64, [x.dim()])
+
+
+def window_slices(x: torch.Tensor, dim: int, out_size: int) -> list[torch.Tensor]:
+    """Every window of ``x`` along ``dim``, ``[floor(i*L/o), ceil((i+1)*L/o))``: one ONNX Slice each, its bounds
+    from ``x``'s runtime shape, its declared length exact SymInt arithmetic (no guard)."""
+    length, entry = x.shape[dim], onnx_shape(x)[dim : dim + 1]
+    axis = entry * 0 + dim  # constants as arithmetic on the shape: nothing folds inside an If
+    windows = []
+    for i in range(out_size):
+        start, end = (entry * i) // out_size, (entry * (i + 1) + out_size - 1) // out_size
+        size = (length * (i + 1) + out_size - 1) // out_size - (length * i) // out_size
+        windows.append(onnx_node("Slice", [x, start, end, axis], x.dtype, [*x.shape[:dim], size, *x.shape[dim + 1 :]]))
+    return windows
