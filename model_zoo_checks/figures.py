@@ -205,8 +205,8 @@ def dynamic_figure(results: dict[str, Any]) -> Figure | None:
         handles += [Line2D([], [], color=NATIVE, linewidth=2, label="the issue's goal (1.5x static, 1.0x OpenVINO)")]
         figure.legend(handles=handles, loc="outside upper center", ncol=4, frameon=False, fontsize=8)
         figure.supxlabel(
-            "the dynamic graph's forward time in onnxruntime, one thread (filled: the TorchScript exporter's graph; "
-            "log scale; left of the orange line: within the goal)\n"
+            "the dynamic graph's forward time in onnxruntime, one thread, log scale (filled: the TorchScript exporter's graph,\n"
+            "hollow: the dynamo exporter's; left of the orange line: within the goal)\n"
             + measured_by(results, 'make bench BENCH_ARGS="--sections dynamic"', "dynamic", "1 thread"),
             fontsize=8,
         )
