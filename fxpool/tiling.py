@@ -39,27 +39,32 @@ def average_where_tiling(
     dims, rank = len(out_sizes), x.dim()
     pooled = [(rank - dims + axis, size) for axis, size in enumerate(out_sizes) if size is not None]
     lengths = [x.shape[i] for i, _ in pooled]
+    static = all(isinstance(length, int) for length in lengths)
+    if not pooled or (static and not all(length % size == 0 and length >= 2 * size for length, (_, size) in zip(lengths, pooled))):
+        return windows(x)
     shape = onnx_shape(x)
-    targets = (_at_once_target(shape, out_sizes), *_by_axis_targets(shape, out_sizes))
-    at_once = functools.partial(averaged_at_once, out_sizes=out_sizes)
-    by_axis = functools.partial(summed_by_axis, out_sizes=out_sizes)
-    if all(isinstance(length, int) for length in lengths):
-        if not all(length % size == 0 and length >= 2 * size for length, (_, size) in zip(lengths, pooled)):
-            return windows(x)
-        return (by_axis if min(length // size for length, (_, size) in zip(lengths, pooled)) >= LONG_BLOCKS else at_once)(
-            x, *targets
-        )
+    if static:
+        if min(length // size for length, (_, size) in zip(lengths, pooled)) >= LONG_BLOCKS:
+            return summed_by_axis(x, *_by_axis_targets(shape, out_sizes), out_sizes=out_sizes)
+        return averaged_at_once(x, _at_once_target(shape, out_sizes), out_sizes=out_sizes)
     entries = [shape[i : i + 1] for i, _ in pooled]
     tiles = _all([(entry % size == 0) & (entry >= 2 * size) for entry, (_, size) in zip(entries, pooled)])
     long = _all([entry // size >= LONG_BLOCKS for entry, (_, size) in zip(entries, pooled)])
 
+    def by_axis(y: torch.Tensor, _: torch.Tensor, *targets: torch.Tensor) -> torch.Tensor:
+        return summed_by_axis(y, *targets, out_sizes=out_sizes)
+
+    def at_once(y: torch.Tensor, target: torch.Tensor, *_: torch.Tensor) -> torch.Tensor:
+        return averaged_at_once(y, target, out_sizes=out_sizes)
+
     def reshaped(y: torch.Tensor, long: torch.Tensor, *targets: torch.Tensor) -> torch.Tensor:
         return torch.cond(long, by_axis, at_once, (y, *targets))
 
+    targets = (_at_once_target(shape, out_sizes), *_by_axis_targets(shape, out_sizes))
     return torch.cond(tiles, reshaped, lambda y, *_: windows(y), (x, long, *targets))
 
 
-def averaged_at_once(x: torch.Tensor, target: torch.Tensor, *_: torch.Tensor, out_sizes: Sequence[int | None]) -> torch.Tensor:
+def averaged_at_once(x: torch.Tensor, target: torch.Tensor, out_sizes: Sequence[int | None]) -> torch.Tensor:
     """Each window's mean: one ONNX Reshape of ``x`` to ``(..., o, L // o, ...)`` and one ReduceMean of the blocks."""
     dims = len(out_sizes)
     sizes, blocks = list(x.shape[:-dims]), []
@@ -70,7 +75,7 @@ def averaged_at_once(x: torch.Tensor, target: torch.Tensor, *_: torch.Tensor, ou
     return onnx_node("Reshape", [x, target], x.dtype, sizes).mean(blocks)
 
 
-def summed_by_axis(x: torch.Tensor, _: torch.Tensor, *targets: torch.Tensor, out_sizes: Sequence[int | None]) -> torch.Tensor:
+def summed_by_axis(x: torch.Tensor, *targets: torch.Tensor, out_sizes: Sequence[int | None]) -> torch.Tensor:
     """Each window's mean: per pooled axis one ONNX Reshape of the tensor so far to ``(outer * o, L // o, inner)``
     (``(outer * o, L // o)`` for the last axis) and one ReduceSum of its blocks, as the static graph sums; then a
     Reshape to the output's shape and one Div by the window size."""
