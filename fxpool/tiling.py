@@ -33,7 +33,8 @@ def average_where_tiling(
 ) -> torch.Tensor:
     """The average pool of ``x``: ``windows(x)``, or under the dynamo ONNX exporter an If that reshapes where every
     pooled length is a multiple of its output size and at least twice it (an identity ran faster as gathers). At
-    static sizes the choice is made here; not where dynamo itself traces (it would guard on the condition)."""
+    static sizes the choice is made here. Not where dynamo itself traces (the exporter's strict capture): it keeps
+    the gathers there, untried with the If."""
     if not torch.compiler.is_exporting() or torch.compiler.is_dynamo_compiling() or not in_onnx_export():
         return windows(x)
     dims, rank = len(out_sizes), x.dim()
