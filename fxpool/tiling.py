@@ -24,6 +24,7 @@ import torch
 
 from .onnxnodes import onnx_node, onnx_shape
 from .sizechecks import in_onnx_export
+from .windows import reshapes_into_blocks
 
 LONG_BLOCKS = 8  # blocks at least this long on every axis are summed one axis at a time
 
@@ -41,7 +42,7 @@ def average_where_tiling(
     pooled = [(rank - dims + axis, size) for axis, size in enumerate(out_sizes) if size is not None]
     lengths = [x.shape[i] for i, _ in pooled]
     static = all(isinstance(length, int) for length in lengths)
-    if not pooled or (static and not all(length % size == 0 and length >= 2 * size for length, (_, size) in zip(lengths, pooled))):
+    if not pooled or (static and not all(reshapes_into_blocks(length, size) for length, (_, size) in zip(lengths, pooled))):
         return windows(x)
     shape = onnx_shape(x)
     if static:
@@ -49,7 +50,7 @@ def average_where_tiling(
             return summed_by_axis(x, *_by_axis_targets(shape, out_sizes), out_sizes=out_sizes)
         return averaged_at_once(x, _at_once_target(shape, out_sizes), out_sizes=out_sizes)
     entries = [shape[i : i + 1] for i, _ in pooled]
-    tiles = _all([(entry % size == 0) & (entry >= 2 * size) for entry, (_, size) in zip(entries, pooled)])
+    tiles = _all([reshapes_into_blocks(entry, size) for entry, (_, size) in zip(entries, pooled)])
     long = _all([entry // size >= LONG_BLOCKS for entry, (_, size) in zip(entries, pooled)])
 
     def by_axis(y: torch.Tensor, _: torch.Tensor, *targets: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,7 @@ True
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 
 def _check_sizes(in_size: int, out_size: int) -> None:
@@ -55,3 +56,10 @@ def upsample_factor(in_size: int, out_size: int) -> int | None:
     if out_size > in_size and out_size % in_size == 0:
         return out_size // in_size
     return None
+
+
+def reshapes_into_blocks(in_size: Any, out_size: int) -> Any:
+    """Whether every window is a block of a reshape to ``(out_size, in_size // out_size)`` of two or more entries:
+    ``in_size`` a multiple of ``out_size``, at least twice it. Written with ``&``, so a tensor of sizes (an ONNX
+    Shape's entries, :mod:`fxpool.tiling`) answers entry by entry as an int answers."""
+    return (in_size % out_size == 0) & (in_size >= 2 * out_size)

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fxpool.windows import uniform_stride, upsample_factor
+from fxpool.windows import reshapes_into_blocks, uniform_stride, upsample_factor
 
 from .reporting import COMPATIBILITY_HEADER, EXPORTS, MARKS, STAGES, compatibility_rows, export_state
 
@@ -547,18 +547,15 @@ def dynamic_caption(results: dict[str, Any]) -> str:
     return _lines([line for line in lines if line])
 
 
-def _reshaped(length: str, out_size: int) -> bool:
-    """Whether the dynamo graph's If reshapes an average pool's axis (:func:`fxpool.tiling.tiling_condition`)."""
-    return int(length) % out_size == 0 and int(length) >= 2 * out_size
-
-
 def _dynamo_line(rows: list[dict[str, Any]]) -> str:
     """The dynamo exporter's dynamic graphs over the static ones, and where its If reshapes (average windows that tile)."""
     timed = [r for r in rows if r.get("t1_dynamic_dynamo")]
     if not timed:
         return ""
     ratios = [r["t1_dynamic_dynamo"] / r["t1_static"] for r in timed]
-    reshaped = [r for r in timed if "means" in r["form"] and all(map(_reshaped, r["size"].split("x"), r["output"]))]
+    reshaped = [
+        r for r in timed if "means" in r["form"] and all(map(reshapes_into_blocks, map(int, r["size"].split("x")), r["output"]))
+    ]
     line = (
         f"The dynamo exporter's graphs over the static ones: {_range(ratios)}, at most 1.5 in "
         f"{sum(ratio <= 1.5 for ratio in ratios)} of {len(timed)}"

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fxpool.windows import uniform_stride, upsample_factor, window_bounds, window_lengths
+from fxpool.windows import reshapes_into_blocks, uniform_stride, upsample_factor, window_bounds, window_lengths
 
 SIZES = [(i, o) for i in range(1, 17) for o in range(1, 21)]
 
@@ -66,3 +66,12 @@ def test_upsample_factor() -> None:
     assert upsample_factor(4, 4) is None
     with pytest.raises(ValueError):
         upsample_factor(0, 3)
+
+
+def test_reshapes_into_blocks_exactly_where_every_window_is_a_block_of_two_or_more() -> None:
+    for in_size in range(1, 60):
+        for out_size in range(1, 20):
+            blocks = all(end - start == in_size // out_size >= 2 for start, end in window_bounds(in_size, out_size))
+            assert reshapes_into_blocks(in_size, out_size) == blocks, (in_size, out_size)
+    sizes = torch.tensor([14, 7, 15, 21])  # an ONNX Shape's entries, as fxpool.tiling asks
+    assert reshapes_into_blocks(sizes, 7).tolist() == [True, False, False, True]
