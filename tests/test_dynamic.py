@@ -15,6 +15,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from inputs import with_non_finite
 
 import fxpool
 from fxpool import dynamic as dynamic_module
@@ -324,13 +325,9 @@ def test_a_dynamic_module_refuses_an_unknown_form() -> None:
 
 
 def sparse_non_finite(shape: tuple[int, ...], seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """Random values with a few NaN, +inf and -inf (about one entry in 12 each kind), so that long windows
+    """Random values with a few NaN, +inf and -inf (about one entry in 12 non-finite), so that long windows
     hold none, one kind, or several."""
-    generator = torch.Generator().manual_seed(seed)
-    x = torch.randn(shape, dtype=dtype, generator=generator)
-    kind = torch.randint(0, 36, shape, generator=generator)
-    x[kind == 0], x[kind == 1], x[kind == 2] = float("nan"), float("inf"), float("-inf")
-    return x
+    return with_non_finite(shape, seed, every=36, dtype=dtype)
 
 
 @pytest.mark.parametrize("grouped", [False, True], ids=["one-block", "grouped"])
