@@ -30,7 +30,7 @@ from .onnxnodes import window_slices
 from .planning import DynamicKind
 from .replacements import native_pool_function, native_pool_module, normalized_output_size
 from .sizechecks import check_input, in_onnx_export, plain_eager, static_size
-from .tiling import average_where_tiling
+from .tiling import pooled_where_windows_tile
 
 torch.fx.wrap("check_input")  # a leaf here too, so converted models trace again with torch.fx
 
@@ -279,10 +279,8 @@ class _DynamicPool(nn.Module):
         upcast = self.family == "avg" and (not isinstance(dtype, torch.dtype) or dtype in _LOW_PRECISION)  # a Proxy: cast
         if upcast:
             x = x.to(torch.promote_types(dtype, torch.float32))  # rounded once, as PyTorch does
-        if self.family == "avg":  # dynamo traces the branches: they get ``onnx`` (it answers False for is_in_onnx_export)
-            x = average_where_tiling(x, self.out_sizes, lambda y: self._windows(y, onnx))
-        else:
-            x = self._windows(x, onnx)
+        # dynamo traces the branches: they get ``onnx`` (it answers False for is_in_onnx_export)
+        x = pooled_where_windows_tile(x, self.out_sizes, self.family, lambda y: self._windows(y, onnx))
         return keep_memory_format(source, x.to(dtype) if upcast else x, len(self.out_sizes))
 
     def _pooled(self) -> list[tuple[int, int]]:

@@ -12,20 +12,26 @@ import torch
 _ONNX_DTYPES = {torch.float32: 1, torch.float16: 10, torch.float64: 11, torch.bfloat16: 16, torch.int64: 7}
 
 
-def onnx_node(op_type: str, inputs: list[torch.Tensor], dtype: torch.dtype, shape: list[Any]) -> torch.Tensor:
-    """One ONNX node without attributes, its output of ``dtype`` and ``shape`` (torch.onnx.ops.symbolic's own op,
-    called directly: dynamo, which traces ``torch.cond``'s branches, does not trace that wrapper)."""
+def onnx_node(op_type: str, inputs: list[torch.Tensor], dtype: torch.dtype, shape: list[Any], **ints: list[int]) -> torch.Tensor:
+    """One ONNX node, its output of ``dtype`` and ``shape``, its attributes lists of ints (``kernel_shape``,
+    ``strides``): torch.onnx.ops.symbolic's own op, called directly (dynamo, which traces ``torch.cond``'s branches,
+    does not trace that wrapper)."""
     from torch.onnx import ops  # noqa: F401  (registers torch.ops.onnx_symbolic)
 
+    positions: list[tuple[int, int]] = []
+    flat: list[int] = []
+    for values in ints.values():
+        positions.append((len(flat), len(flat) + len(values)))
+        flat += values
     return torch.ops.onnx_symbolic._symbolic(
         inputs,
         op_type,
         _ONNX_DTYPES[dtype],
         shape=shape,
-        attr_keys=[],
-        attr_types=[],
-        attr_pos=[],
-        attr_ints=[],
+        attr_keys=list(ints),
+        attr_types=["is"] * len(ints),
+        attr_pos=positions,
+        attr_ints=flat,
         attr_floats=[],
         attr_strs=[],
         metadata_props_keys=[],

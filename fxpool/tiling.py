@@ -1,22 +1,28 @@
-"""The dynamo ONNX exporter's branch for average windows that tile, in ``dynamic=True`` graphs.
+"""The dynamo ONNX exporter's branches for windows that tile, in ``dynamic=True`` graphs.
 
-Where every pooled length is a multiple of its output size (``L = o*k``), PyTorch's windows are the blocks of a
-Reshape to ``(o, k)``. A graph exported at symbolic sizes cannot know this before it runs, so under the dynamo ONNX
-exporter :func:`average_where_tiling` asks at run time and ``torch.cond`` becomes an ONNX If: Reshapes and
-reductions where the windows tile (twice the output or more), the window gathers elsewhere. onnxruntime reduces
-long blocks fastest one axis at a time (:func:`summed_by_axis`), short ones all at once (:func:`averaged_at_once`),
-so a second If picks between those. Max pools keep the gathers (OpenVINO rewrites a Reshape and ReduceMax into a
-MaxPool, which drops NaN).
+A graph exported at symbolic sizes cannot know before it runs whether the windows will be regular, so under the
+dynamo ONNX exporter :func:`pooled_where_windows_tile` asks at run time and ``torch.cond`` becomes ONNX Ifs:
 
-The Reshapes are written as ONNX itself (torch.onnx's symbolic op), so ``torch.export`` never reshapes a tensor by
-symbolic sizes, which adds guards (``L mod o`` is 0, ``L // o`` is not 1) that named Dims refuse. Their targets and
-the If's conditions are arithmetic on an ONNX Shape, made before the If: what the exporter folded inside one left
-unused initializers behind, which onnxruntime warns of. Nothing else branches: the TorchScript exporter writes If
-only from scripted code, and ``torch.export`` programs for PyTorch runtimes keep one graph for every size."""
+- where one kernel and stride reproduce the windows of every axis, the same on each (each length at most one past a
+  multiple of its output size) and the stride is at most ``NATIVE_STRIDES``: the one AveragePool or MaxPool the
+  static graph has at that size (an identity: a Reshape), found by Ifs that halve the candidates. A max pool takes
+  it only where its input is finite: onnxruntime's and OpenVINO's MaxPool skip NaN and give the lowest finite float
+  for a window of -inf alone.
+- elsewhere, average pools whose lengths are all multiples of their output sizes reshape: long blocks are summed
+  one axis at a time (:func:`summed_by_axis`), short ones averaged at once (:func:`averaged_at_once`), as
+  onnxruntime runs fastest.
+- everything else gathers the windows (``windows``).
+
+Each If costs the export about half a second of dynamo's tracing, which bounds the native candidates. The pools and
+Reshapes are written as ONNX itself (torch.onnx's symbolic op), so ``torch.export`` never reshapes or pools a tensor
+by symbolic sizes, which adds guards (``L mod o`` is 0, ``L // o`` is not 1) that named Dims refuse. The conditions
+are a handful of nodes on an ONNX Shape, made before the Ifs; inside them constants are arithmetic on that Shape,
+since what the exporter folds inside an If it leaves behind as unused initializers, which onnxruntime warns of.
+Nothing else branches: the TorchScript exporter writes If only from scripted code, and ``torch.export`` programs for
+PyTorch runtimes keep one graph for every size."""
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -24,46 +30,148 @@ import torch
 
 from .onnxnodes import onnx_node, onnx_shape
 from .sizechecks import in_onnx_export
-from .windows import reshapes_into_blocks
+from .windows import reshapes_into_blocks, uniform_stride
 
+NATIVE_STRIDES = 4  # uniform windows of strides up to this get a native pool of their own, behind Ifs
 LONG_BLOCKS = 8  # blocks at least this long on every axis are summed one axis at a time
 
+Windows = Callable[[torch.Tensor], torch.Tensor]
 
-def average_where_tiling(
-    x: torch.Tensor, out_sizes: Sequence[int | None], windows: Callable[[torch.Tensor], torch.Tensor]
-) -> torch.Tensor:
-    """The average pool of ``x``: ``windows(x)``, or under the dynamo ONNX exporter an If that reshapes where every
-    pooled length is a multiple of its output size and at least twice it (an identity ran faster as gathers). At
-    static sizes the choice is made here. Not where dynamo itself traces (the exporter's strict capture): it keeps
-    the gathers there, untried with the If."""
+
+def pooled_where_windows_tile(x: torch.Tensor, out_sizes: Sequence[int | None], family: str, windows: Windows) -> torch.Tensor:
+    """The adaptive pool of ``x``: ``windows(x)``, or under the dynamo ONNX exporter the Ifs above; at static sizes
+    the arm is chosen here. Not where dynamo itself traces (the exporter's strict capture): it keeps the gathers
+    there, untried with the If."""
     if not torch.compiler.is_exporting() or torch.compiler.is_dynamo_compiling() or not in_onnx_export():
         return windows(x)
-    dims, rank = len(out_sizes), x.dim()
-    pooled = [(rank - dims + axis, size) for axis, size in enumerate(out_sizes) if size is not None]
-    lengths = [x.shape[i] for i, _ in pooled]
-    static = all(isinstance(length, int) for length in lengths)
-    if not pooled or (static and not all(reshapes_into_blocks(length, size) for length, (_, size) in zip(lengths, pooled))):
+    dims = len(out_sizes)
+    pooled = [(x.dim() - dims + axis, size) for axis, size in enumerate(out_sizes) if size is not None]
+    if not pooled:
+        return windows(x)
+    if all(isinstance(x.shape[i], int) for i, _ in pooled):
+        return _at_static_sizes(x, out_sizes, family, windows)
+    shape = onnx_shape(x)
+    lengths = torch.cat([shape[i : i + 1] for i, _ in pooled])
+    uniform, key, tiles, shortest = window_conditions(lengths, torch.tensor([size for _, size in pooled]))
+    if x.dim() != dims + 2:  # ONNX's pools take (N, C, ...) only
+        uniform = uniform & False
+    output = _output_shape(shape, out_sizes)
+
+    def natively(y: torch.Tensor, key: torch.Tensor, output: torch.Tensor, *_: torch.Tensor) -> torch.Tensor:
+        if family == "avg":
+            return _native_arms(y, key, output, out_sizes, family, NATIVE_ARMS)
+
+        def pooled(z: torch.Tensor, key: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+            return _native_arms(z, key, output, out_sizes, family, NATIVE_ARMS[1:])
+
+        return torch.cond(  # the identity first: it needs no look at the entries
+            key == 2,
+            lambda z, _, output: native_pool(z, out_sizes, family, 1, 0, output),
+            lambda z, key, output: _finite_only(pooled, windows, z, key, output),
+            (y, key, output),
+        )
+
+    def otherwise(y: torch.Tensor, key: torch.Tensor, output: torch.Tensor, *_: torch.Tensor) -> torch.Tensor:
+        return torch.cond(uniform, natively, lambda z, *_: windows(z), (y, key, output))
+
+    if family == "max":
+        return otherwise(x, key, output)
+
+    def reshaped(y: torch.Tensor, _: torch.Tensor, output: torch.Tensor, shape: torch.Tensor, long: torch.Tensor) -> torch.Tensor:
+        return torch.cond(long, by_axis, at_once, (y, shape, output))
+
+    def by_axis(y: torch.Tensor, shape: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+        return summed_by_axis(y, *_by_axis_targets(shape, out_sizes), output, out_sizes=out_sizes)
+
+    def at_once(y: torch.Tensor, shape: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
+        return averaged_at_once(y, _at_once_target(shape, out_sizes), out_sizes=out_sizes)
+
+    return torch.cond(tiles & ~uniform, reshaped, otherwise, (x, key, output, shape, shortest >= LONG_BLOCKS))
+
+
+def _at_static_sizes(x: torch.Tensor, out_sizes: Sequence[int | None], family: str, windows: Windows) -> torch.Tensor:
+    """The arm :func:`pooled_where_windows_tile` takes at ``x``'s static size, without an If (but a max pool's look
+    at its entries)."""
+    dims = len(out_sizes)
+    axes = [(x.shape[x.dim() - dims + axis], size) for axis, size in enumerate(out_sizes) if size is not None]
+    pools = {uniform_stride(length, size) for length, size in axes}
+    uniform = next(iter(pools)) if len(pools) == 1 else None
+    if x.dim() == dims + 2 and uniform is not None:
+        kernel, stride = uniform
+        if family == "avg" or kernel == stride == 1:
+            return native_pool(x, out_sizes, family, stride, kernel - stride)
+        return _finite_only(lambda y: native_pool(y, out_sizes, family, stride, kernel - stride), windows, x)
+    if family == "max" or not all(reshapes_into_blocks(length, size) for length, size in axes):
         return windows(x)
     shape = onnx_shape(x)
-    if static:
-        if min(length // size for length, (_, size) in zip(lengths, pooled)) >= LONG_BLOCKS:
-            return summed_by_axis(x, *_by_axis_targets(shape, out_sizes), out_sizes=out_sizes)
-        return averaged_at_once(x, _at_once_target(shape, out_sizes), out_sizes=out_sizes)
-    entries = [shape[i : i + 1] for i, _ in pooled]
-    tiles = _all([reshapes_into_blocks(entry, size) for entry, (_, size) in zip(entries, pooled)])
-    long = _all([entry // size >= LONG_BLOCKS for entry, (_, size) in zip(entries, pooled)])
+    if min(length // size for length, size in axes) >= LONG_BLOCKS:
+        return summed_by_axis(x, *_by_axis_targets(shape, out_sizes), _output_shape(shape, out_sizes), out_sizes=out_sizes)
+    return averaged_at_once(x, _at_once_target(shape, out_sizes), out_sizes=out_sizes)
 
-    def by_axis(y: torch.Tensor, _: torch.Tensor, *targets: torch.Tensor) -> torch.Tensor:
-        return summed_by_axis(y, *targets, out_sizes=out_sizes)
 
-    def at_once(y: torch.Tensor, target: torch.Tensor, *_: torch.Tensor) -> torch.Tensor:
-        return averaged_at_once(y, target, out_sizes=out_sizes)
+def window_conditions(lengths: torch.Tensor, sizes: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Of the pooled lengths and their output sizes (int64 vectors, the lengths from an ONNX Shape): whether one
+    kernel and stride reproduce the windows of every axis, the same on each, with a stride of at most
+    ``NATIVE_STRIDES`` (a native arm's); that arm's code (``2 * stride + kernel - stride``); whether every window is
+    a block of two or more entries (:func:`~fxpool.windows.reshapes_into_blocks` on every axis); the shortest
+    stride. A handful of ONNX nodes whatever the number of axes."""
+    strides = _quotient(lengths, sizes)
+    extras = lengths - strides * sizes  # a kernel is one longer than its stride where its length is one past a multiple
+    codes = strides * 2 + extras
+    key, shortest, extra = codes.max(), strides.min(), extras.max()
+    uniform = (codes.min() == key) & (extra <= 1) & (shortest >= 1) & (key <= 2 * NATIVE_STRIDES + 1)
+    return uniform, key, (extra == 0) & (shortest >= 2), shortest
 
-    def reshaped(y: torch.Tensor, long: torch.Tensor, *targets: torch.Tensor) -> torch.Tensor:
-        return torch.cond(long, by_axis, at_once, (y, *targets))
 
-    targets = (_at_once_target(shape, out_sizes), *_by_axis_targets(shape, out_sizes))
-    return torch.cond(tiles, reshaped, lambda y, *_: windows(y), (x, long, *targets))
+# (stride, kernel - stride) of each native arm, by code (2 * stride + kernel - stride): the identity first
+NATIVE_ARMS = [(stride, extra) for stride in range(1, NATIVE_STRIDES + 1) for extra in (0, 1)]
+
+
+def _native_arms(
+    y: torch.Tensor,
+    key: torch.Tensor,
+    output: torch.Tensor,
+    out_sizes: Sequence[int | None],
+    family: str,
+    arms: Sequence[tuple[int, int]],
+) -> torch.Tensor:
+    """The native pool of the one of ``arms`` whose code is ``key``: Ifs that halve the arms (nested one per arm,
+    dynamo's trace of the branches ran out of Python's recursion)."""
+    if len(arms) == 1:
+        ((stride, extra),) = arms
+        return native_pool(y, out_sizes, family, stride, extra, output)
+    lower, upper = arms[: len(arms) // 2], arms[len(arms) // 2 :]
+    return torch.cond(
+        key < 2 * upper[0][0] + upper[0][1],
+        lambda z, key, output: _native_arms(z, key, output, out_sizes, family, lower),
+        lambda z, key, output: _native_arms(z, key, output, out_sizes, family, upper),
+        (y, key, output),
+    )
+
+
+def native_pool(
+    x: torch.Tensor, out_sizes: Sequence[int | None], family: str, stride: int, extra: int, output: torch.Tensor | None = None
+) -> torch.Tensor:
+    """One ONNX AveragePool or MaxPool of kernel ``stride + extra`` at ``stride`` on every pooled axis, the node the
+    static graph has at such sizes; where both are 1, a Reshape to ``output`` (the output's runtime shape), or at
+    static sizes ``x`` itself (an Identity declaring the output's shape made the exporter's optimizer take the input
+    for that size)."""
+    shape = [*x.shape[:2], *(x.shape[2 + axis] if size is None else size for axis, size in enumerate(out_sizes))]
+    if stride == 1 and extra == 0:
+        return x if output is None else onnx_node("Reshape", [x, output], x.dtype, shape)
+    window = {
+        "kernel_shape": [1 if size is None else stride + extra for size in out_sizes],
+        "strides": [1 if size is None else stride for size in out_sizes],
+    }
+    return onnx_node("AveragePool" if family == "avg" else "MaxPool", [x], x.dtype, shape, **window)
+
+
+def _finite_only(pool: Callable[..., torch.Tensor], windows: Windows, x: torch.Tensor, *operands: torch.Tensor) -> torch.Tensor:
+    """``pool(x, *operands)`` (a native max pool) where every entry of ``x`` is finite (its ReduceL1 is), else
+    ``windows(x)``: onnxruntime's and OpenVINO's MaxPool skip NaN and give the lowest finite float for a window of
+    -inf alone (onnxruntime 1.32's 1d and most 2d kernels), the gathers keep both."""
+    magnitude = onnx_node("ReduceL1", [x if x.dtype == torch.float32 else x.float()], torch.float32, [1] * x.dim())
+    return torch.cond(magnitude.isfinite().reshape(()), pool, lambda y, *_: windows(y), (x, *operands))
 
 
 def averaged_at_once(x: torch.Tensor, target: torch.Tensor, out_sizes: Sequence[int | None]) -> torch.Tensor:
@@ -98,25 +206,33 @@ def _at_once_target(shape: torch.Tensor, out_sizes: Sequence[int | None]) -> tor
     target = [shape[: rank - dims] * 0]  # constants as arithmetic on the shape: nothing to fold inside the If
     for axis, out_size in enumerate(out_sizes):
         entry = shape[rank - dims + axis : rank - dims + axis + 1]
-        target += [entry] if out_size is None else [entry * 0 + out_size, entry // out_size]
+        target += [entry] if out_size is None else [entry * 0 + out_size, _quotient(entry, out_size)]
     return torch.cat(target)
 
 
 def _by_axis_targets(shape: torch.Tensor, out_sizes: Sequence[int | None]) -> list[torch.Tensor]:
-    """:func:`summed_by_axis`'s Reshape targets: ``(-1, L // o, inner)`` per pooled axis, then the output's shape."""
+    """:func:`summed_by_axis`'s Reshape targets: ``(-1, L // o, inner)`` per pooled axis."""
     rank, dims = shape.shape[0], len(out_sizes)
-    zero, targets, output = shape[:1] * 0, [], [shape[: rank - dims]]
+    minus_one, targets = shape[:1] * 0 - 1, []  # constants as arithmetic on the shape: nothing to fold inside the If
     for axis, out_size in enumerate(out_sizes):
         i = rank - dims + axis
-        if out_size is None:
-            output.append(shape[i : i + 1])
-            continue
-        inner = [shape[i + 1 :].prod(0, keepdim=True)] if i + 1 < rank else []  # none after the last axis
-        targets.append(torch.cat([zero - 1, shape[i : i + 1] // out_size, *inner]))
-        output.append(zero + out_size)
-    return [*targets, torch.cat(output)]
+        if out_size is not None:
+            inner = [shape[i + 1 :].prod(0, keepdim=True)] if i + 1 < rank else []  # none after the last axis
+            targets.append(torch.cat([minus_one, _quotient(shape[i : i + 1], out_size), *inner]))
+    return targets
 
 
-def _all(conditions: list[torch.Tensor]) -> torch.Tensor:
-    """Every one of ``conditions`` (one-entry bool tensors): one And each."""
-    return functools.reduce(torch.logical_and, conditions)
+def _output_shape(shape: torch.Tensor, out_sizes: Sequence[int | None]) -> torch.Tensor:
+    """The pool's output shape: the input's leading axes and unpooled axes, the output sizes elsewhere."""
+    rank, dims = shape.shape[0], len(out_sizes)
+    output = [shape[: rank - dims]]
+    for axis, out_size in enumerate(out_sizes):
+        entry = shape[rank - dims + axis : rank - dims + axis + 1]
+        output.append(entry if out_size is None else entry * 0 + out_size)
+    return torch.cat(output)
+
+
+def _quotient(sizes: torch.Tensor, divisor: torch.Tensor | int) -> torch.Tensor:
+    """``sizes // divisor`` of non-negative sizes: one ONNX Div (floor division of tensors exports as a dozen
+    nodes that handle negative operands, and inside an If the exporter folded them into initializers it left unused)."""
+    return torch.div(sizes, divisor, rounding_mode="trunc")

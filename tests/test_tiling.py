@@ -1,10 +1,12 @@
-"""The dynamo ONNX exporter's If for average windows that tile (``fxpool.tiling``), through plain ``torch.onnx.export``.
+"""The dynamo ONNX exporter's Ifs for windows that tile (``fxpool.tiling``), through plain ``torch.onnx.export``.
 
-A ``dynamic=True`` average graph from the dynamo exporter reshapes and reduces once where every pooled length is a
-multiple of its output size, and gathers the windows elsewhere. Exact in onnxruntime and OpenVINO at sizes on both
-sides of the branch, with NaN and ±inf (to 1e-5 against float32 PyTorch), under named Dims, which reshapes at
-symbolic sizes in PyTorch would refuse. Max pools (bit for bit, same sizes) keep the gathers: OpenVINO rewrites a
-Reshape and ReduceMax into a MaxPool, which dropped NaN. No other exporter or program gets a branch.
+A ``dynamic=True`` graph from the dynamo exporter pools natively where one kernel and stride (at most 4) serve every
+axis, average graphs reshape and reduce where every pooled length is a multiple of its output size, and the windows
+are gathered elsewhere; a max pool takes the native arm only where its input is finite (onnxruntime's and
+OpenVINO's MaxPool skip NaN and give -3.4e38 for a window of -inf alone). Exact in onnxruntime and OpenVINO at
+sizes on every side of the branches, with NaN and ±inf and without (to 1e-5 against float32 PyTorch, max pools bit
+for bit), under named Dims, which reshapes at symbolic sizes in PyTorch would refuse. No other exporter or program
+gets a branch.
 """
 
 from __future__ import annotations
@@ -21,20 +23,34 @@ import fxpool
 
 onnxruntime = pytest.importorskip("onnxruntime")
 
-POOLS = {  # name: (pool, example spatial size, sizes to run at: tiling ones (short and long blocks) first, then others)
-    "1d 6": (lambda family: getattr(nn, f"Adaptive{family}Pool1d")(6), (13,), [(12,), (48,), (6,), (18,), (7,), (4,), (2,)]),
+POOLS = {  # name: (pool, example spatial size, sizes to run at: native, reshaped (short and long blocks), then others)
+    "1d 6": (
+        lambda family: getattr(nn, f"Adaptive{family}Pool1d")(6),
+        (13,),
+        [(6,), (7,), (12,), (13,), (18,), (19,), (24,), (25,), (48,), (30,), (31,), (4,), (2,), (14,)],
+    ),
     "2d 7x5": (
         lambda family: getattr(nn, f"Adaptive{family}Pool2d")((7, 5)),
         (10, 10),
-        [(14, 10), (56, 40), (56, 10), (7, 5), (21, 5), (14, 11), (8, 5), (3, 4)],
+        [(7, 5), (8, 6), (14, 10), (15, 11), (29, 21), (14, 11), (56, 40), (56, 10), (21, 5), (8, 5), (3, 4), (36, 26)],
     ),
-    "2d None x4": (lambda family: getattr(nn, f"Adaptive{family}Pool2d")((None, 4)), (5, 9), [(5, 8), (9, 32), (3, 4), (6, 9)]),
+    "2d None x4": (
+        lambda family: getattr(nn, f"Adaptive{family}Pool2d")((None, 4)),
+        (5, 9),
+        [(5, 4), (3, 9), (5, 8), (9, 32), (3, 5), (6, 10)],
+    ),
     "3d 3x7x7": (
         lambda family: getattr(nn, f"Adaptive{family}Pool3d")((3, 7, 7)),
         (5, 10, 10),
-        [(6, 14, 14), (24, 56, 56), (3, 7, 7), (6, 14, 15), (2, 5, 9)],
+        [(3, 7, 7), (7, 15, 15), (6, 14, 14), (24, 56, 56), (6, 14, 15), (2, 5, 9)],
     ),
 }
+
+
+def finite_and_not(shape: tuple[int, ...], seed: int) -> list[torch.Tensor]:
+    """Inputs with NaN and ±inf, and the same with every non-finite entry 0 (a max pool's native arm takes those)."""
+    y = with_non_finite(shape, seed=seed, every=12)
+    return [y, y.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)]
 
 
 def export_dynamic(converted: nn.Module, x: torch.Tensor, path: str, shapes: object) -> None:
@@ -63,7 +79,9 @@ def graph_ops(path: str) -> set[str]:
 
 @pytest.mark.parametrize("family", ["Avg", "Max"])
 @pytest.mark.parametrize("case", list(POOLS))
-def test_the_dynamo_graph_reshapes_where_windows_tile_and_gathers_elsewhere(case: str, family: str, tmp_path) -> None:
+def test_the_dynamo_graph_pools_natively_or_reshapes_where_windows_tile_and_gathers_elsewhere(
+    case: str, family: str, tmp_path
+) -> None:
     make, spatial, sizes = POOLS[case]
     pool = make(family)
     x = torch.randn(2, 3, *spatial)
@@ -71,27 +89,62 @@ def test_the_dynamo_graph_reshapes_where_windows_tile_and_gathers_elsewhere(case
     path = str(tmp_path / "pool.onnx")
     export_dynamic(converted, x, path, ({2 + a: Dim(f"d{a}", min=2, max=64) for a in range(len(spatial))},))
     ops = graph_ops(path)
-    assert ("If" in ops) is (family == "Avg") and {"Reshape", "Gather"} <= ops, ops
+    native = {"Avg": {"AveragePool", "Reshape"}, "Max": {"MaxPool", "ReduceL1"}}[family]
+    assert {"If", "Gather"} | native <= ops, ops
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     for size in sizes:
-        y = with_non_finite((2, 3, *size), seed=sum(size), every=12)
-        ours, theirs = torch.from_numpy(session.run(None, {"x": y.numpy()})[0]), pool(y)
-        tolerance = 0.0 if family == "Max" else 1e-5
-        torch.testing.assert_close(ours, theirs, rtol=tolerance, atol=tolerance, equal_nan=True, msg=f"{case} at {size}")
+        for y in finite_and_not((2, 3, *size), seed=sum(size)):
+            ours, theirs = torch.from_numpy(session.run(None, {"x": y.numpy()})[0]), pool(y)
+            tolerance = 0.0 if family == "Max" else 1e-5
+            torch.testing.assert_close(ours, theirs, rtol=tolerance, atol=tolerance, equal_nan=True, msg=f"{case} at {size}")
 
 
-@pytest.mark.parametrize(("size", "reduction"), [((14, 21), "ReduceMean"), ((56, 63), "ReduceSum")], ids=["short", "long"])
-def test_a_static_export_of_a_dynamic_conversion_at_a_tiling_size_reshapes_without_a_branch(size, reduction, tmp_path) -> None:
-    pool = nn.AdaptiveAvgPool2d(7)
+def test_the_branch_conditions_match_the_window_arithmetic_exhaustively() -> None:
+    """:func:`fxpool.tiling.window_conditions` on every pair of small lengths and output sizes (1d and 2d), against
+    ``uniform_stride`` and ``reshapes_into_blocks``: where it sends a pool to a native arm, that arm's kernel and
+    stride are PyTorch's windows on every axis."""
+    import itertools
+
+    from fxpool.tiling import NATIVE_STRIDES, window_conditions
+    from fxpool.windows import reshapes_into_blocks, uniform_stride
+
+    pairs = [(length, size) for length in range(1, 26) for size in range(1, 9)]
+    for axes in itertools.chain(([p] for p in pairs), itertools.product(pairs[::3], repeat=2)):
+        lengths, sizes = torch.tensor([length for length, _ in axes]), torch.tensor([size for _, size in axes])
+        uniform, key, tiles, shortest = window_conditions(lengths, sizes)
+        pools = {uniform_stride(length, size) for length, size in axes}
+        (kernel, stride) = next(iter(pools)) if len(pools) == 1 and None not in pools else (0, 0)
+        assert bool(uniform) == (1 <= stride <= NATIVE_STRIDES and kernel - stride in (0, 1)), axes
+        if uniform:
+            assert int(key) == 2 * stride + kernel - stride, axes
+        assert bool(tiles) == all(reshapes_into_blocks(length, size) for length, size in axes), axes
+        assert int(shortest) == min(length // size for length, size in axes), axes
+
+
+@pytest.mark.parametrize(
+    ("family", "size", "nodes"),
+    [
+        ("Avg", (14, 21), {"Reshape", "ReduceMean"}),
+        ("Avg", (56, 63), {"Reshape", "ReduceSum"}),
+        ("Avg", (15, 15), {"AveragePool"}),
+        ("Max", (15, 15), {"MaxPool", "ReduceL1", "If", "Gather"}),
+    ],
+    ids=["short blocks", "long blocks", "native", "native max"],
+)
+def test_a_static_export_of_a_dynamic_conversion_at_a_tiling_size_takes_its_arm_alone(family, size, nodes, tmp_path) -> None:
+    """The arm is chosen at export: no If but a max pool's NaN check, no gathers but in the max pool's NaN arm."""
+    pool = getattr(nn, f"Adaptive{family}Pool2d")(7)
     converted = fxpool.convert(pool, torch.randn(1, 3, 10, 10), dynamic=True)
-    x = with_non_finite((1, 3, *size), seed=0, every=12)
+    x = torch.randn(1, 3, *size)
     path = str(tmp_path / "static.onnx")
     export_dynamic(converted, x, path, None)
     ops = graph_ops(path)
-    assert {"Reshape", reduction} <= ops and not {"If", "Gather", "Where"} & ops, ops
+    assert nodes <= ops and not {"If", "Gather", "Where"} - nodes & ops, ops
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-    ours = torch.from_numpy(session.run(None, {"x": x.numpy()})[0])
-    torch.testing.assert_close(ours, pool(x), rtol=1e-5, atol=1e-5, equal_nan=True)
+    for y in finite_and_not((1, 3, *size), seed=0):
+        ours = torch.from_numpy(session.run(None, {"x": y.numpy()})[0])
+        tolerance = 0.0 if family == "Max" else 1e-5
+        torch.testing.assert_close(ours, pool(y), rtol=tolerance, atol=tolerance, equal_nan=True)
 
 
 @pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
@@ -111,14 +164,16 @@ def test_programs_for_pytorch_runtimes_and_dynamo_itself_keep_one_graph(strict: 
     assert ("cond" in str(program.graph_module.code)) is not strict
 
 
-def test_openvino_runs_the_branch_exactly(tmp_path) -> None:
+@pytest.mark.parametrize("family", ["Avg", "Max"])
+def test_openvino_runs_the_branches_exactly(family: str, tmp_path) -> None:
     openvino = pytest.importorskip("openvino")
-    pool = nn.AdaptiveAvgPool2d((7, 5))
+    pool = getattr(nn, f"Adaptive{family}Pool2d")((7, 5))
     x = torch.randn(2, 3, 10, 10)
     path = str(tmp_path / "pool.onnx")
     export_dynamic(fxpool.convert(pool, x, dynamic=True), x, path, ({2: Dim.DYNAMIC, 3: Dim.DYNAMIC},))
     compiled = openvino.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    for size in [(14, 10), (7, 5), (10, 10), (21, 16)]:
-        y = with_non_finite((2, 3, *size), seed=sum(size), every=12)
-        ours = torch.from_numpy(compiled([y.numpy()])[0])
-        torch.testing.assert_close(ours, pool(y), rtol=1e-5, atol=1e-5, equal_nan=True, msg=str(size))
+    for size in [(14, 10), (7, 5), (15, 11), (29, 21), (10, 10), (21, 16)]:
+        for y in finite_and_not((2, 3, *size), seed=sum(size)):
+            ours = torch.from_numpy(compiled([y.numpy()])[0])
+            tolerance = 0.0 if family == "Max" else 1e-5
+            torch.testing.assert_close(ours, pool(y), rtol=tolerance, atol=tolerance, equal_nan=True, msg=str(size))
