@@ -26,7 +26,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fxpool.windows import reshapes_into_blocks, uniform_stride, upsample_factor
+import torch
+
+from fxpool.tiling import window_conditions
+from fxpool.windows import uniform_stride, upsample_factor
 
 from .reporting import COMPATIBILITY_HEADER, EXPORTS, MARKS, STAGES, compatibility_rows, export_state
 
@@ -548,24 +551,31 @@ def dynamic_caption(results: dict[str, Any]) -> str:
 
 
 def _dynamo_line(rows: list[dict[str, Any]]) -> str:
-    """The dynamo exporter's dynamic graphs over the static ones, and where its If reshapes (average windows that tile)."""
+    """The dynamo exporter's dynamic graphs over the static ones, and over them where its Ifs pool natively or
+    reshape (:func:`fxpool.tiling.window_conditions` at each row's size)."""
     timed = [r for r in rows if r.get("t1_dynamic_dynamo")]
     if not timed:
         return ""
     ratios = [r["t1_dynamic_dynamo"] / r["t1_static"] for r in timed]
-    reshaped = [
-        r for r in timed if "means" in r["form"] and all(map(reshapes_into_blocks, map(int, r["size"].split("x")), r["output"]))
-    ]
+    arms: dict[str, list[dict[str, Any]]] = {"pool natively": [], "reshape": []}
+    for r in timed:
+        lengths = torch.tensor([int(length) for length in r["size"].split("x")])
+        uniform, _, tiles, _ = window_conditions(lengths, torch.tensor(r["output"]))
+        if uniform:
+            arms["pool natively"].append(r)
+        elif tiles and "means" in r["form"]:  # the reshapes serve average pools alone
+            arms["reshape"].append(r)
     line = (
         f"The dynamo exporter's graphs over the static ones: {_range(ratios)}, at most 1.5 in "
         f"{sum(ratio <= 1.5 for ratio in ratios)} of {len(timed)}"
     )
-    if reshaped:
-        line += (
-            f"; where average windows tile every axis its If reshapes ({len(reshaped)} sizes): "
-            f"{_range([r['t1_dynamic_dynamo'] / r['t1_static'] for r in reshaped])}, the TorchScript graph "
-            f"{_range([r['t1_dynamic'] / r['t1_static'] for r in reshaped])}"
-        )
+    for arm, chosen in arms.items():
+        if chosen:
+            line += (
+                f"; where its Ifs {arm} ({len(chosen)} sizes): "
+                f"{_range([r['t1_dynamic_dynamo'] / r['t1_static'] for r in chosen])}, the TorchScript graph "
+                f"{_range([r['t1_dynamic'] / r['t1_static'] for r in chosen])}"
+            )
     return line + "."
 
 
