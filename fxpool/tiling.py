@@ -58,24 +58,20 @@ def pooled_where_windows_tile(x: torch.Tensor, out_sizes: Sequence[int | None], 
     output = _output_shape(shape, out_sizes)
 
     def natively(y: torch.Tensor, key: torch.Tensor, output: torch.Tensor, *_: torch.Tensor) -> torch.Tensor:
-        if family == "avg":
-            return _native_arms(y, key, output, out_sizes, family, NATIVE_ARMS)
+        return _native_arms(y, key, output, out_sizes, family, NATIVE_ARMS)
 
-        def pooled(z: torch.Tensor, key: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
-            return _native_arms(z, key, output, out_sizes, family, NATIVE_ARMS[1:])
+    def gathered(y: torch.Tensor, *_: torch.Tensor) -> torch.Tensor:
+        return windows(y)
 
-        return torch.cond(  # the identity first: it needs no look at the entries
-            key == 2,
-            lambda z, _, output: native_pool(z, out_sizes, family, 1, 0, output),
-            lambda z, key, output: _finite_only(pooled, windows, z, key, output),
-            (y, key, output),
-        )
-
-    def otherwise(y: torch.Tensor, key: torch.Tensor, output: torch.Tensor, *_: torch.Tensor) -> torch.Tensor:
-        return torch.cond(uniform, natively, lambda z, *_: windows(z), (y, key, output))
-
+    # The gathers once, in the outermost If's else branch: the other arms nest inside its then branch.
     if family == "max":
-        return otherwise(x, key, output)
+        finite = torch.cond(uniform & (key != 2), _finite, lambda y, uniform: uniform.clone(), (x, uniform))
+        return torch.cond(finite, natively, gathered, (x, key, output))
+
+    def regular(
+        y: torch.Tensor, key: torch.Tensor, output: torch.Tensor, shape: torch.Tensor, long: torch.Tensor, uniform: torch.Tensor
+    ) -> torch.Tensor:
+        return torch.cond(uniform, natively, reshaped, (y, key, output, shape, long))
 
     def reshaped(y: torch.Tensor, _: torch.Tensor, output: torch.Tensor, shape: torch.Tensor, long: torch.Tensor) -> torch.Tensor:
         return torch.cond(long, by_axis, at_once, (y, shape, output))
@@ -86,7 +82,7 @@ def pooled_where_windows_tile(x: torch.Tensor, out_sizes: Sequence[int | None], 
     def at_once(y: torch.Tensor, shape: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
         return averaged_at_once(y, _at_once_target(shape, out_sizes), out_sizes=out_sizes)
 
-    return torch.cond(tiles & ~uniform, reshaped, otherwise, (x, key, output, shape, shortest >= LONG_BLOCKS))
+    return torch.cond(uniform | tiles, regular, gathered, (x, key, output, shape, shortest >= LONG_BLOCKS, uniform))
 
 
 def _at_static_sizes(x: torch.Tensor, out_sizes: Sequence[int | None], family: str, windows: Windows) -> torch.Tensor:
@@ -100,7 +96,9 @@ def _at_static_sizes(x: torch.Tensor, out_sizes: Sequence[int | None], family: s
         kernel, stride = uniform
         if family == "avg" or kernel == stride == 1:
             return native_pool(x, out_sizes, family, stride, kernel - stride)
-        return _finite_only(lambda y: native_pool(y, out_sizes, family, stride, kernel - stride), windows, x)
+        return torch.cond(
+            _finite(x), lambda y: native_pool(y, out_sizes, family, stride, kernel - stride), lambda y: windows(y), (x,)
+        )
     if family == "max" or not all(reshapes_into_blocks(length, size) for length, size in axes):
         return windows(x)
     shape = onnx_shape(x)
@@ -166,12 +164,12 @@ def native_pool(
     return onnx_node("AveragePool" if family == "avg" else "MaxPool", [x], x.dtype, shape, **window)
 
 
-def _finite_only(pool: Callable[..., torch.Tensor], windows: Windows, x: torch.Tensor, *operands: torch.Tensor) -> torch.Tensor:
-    """``pool(x, *operands)`` (a native max pool) where every entry of ``x`` is finite (its ReduceL1 is), else
-    ``windows(x)``: onnxruntime's and OpenVINO's MaxPool skip NaN and give the lowest finite float for a window of
-    -inf alone (onnxruntime 1.32's 1d and most 2d kernels), the gathers keep both."""
+def _finite(x: torch.Tensor, *_: torch.Tensor) -> torch.Tensor:
+    """Whether every entry of ``x`` is finite (its ReduceL1 is), where a max pool may take the native arm:
+    onnxruntime's and OpenVINO's MaxPool skip NaN and give the lowest finite float for a window of -inf alone
+    (onnxruntime 1.32's 1d, 3d and most 2d kernels), the gathers keep both."""
     magnitude = onnx_node("ReduceL1", [x if x.dtype == torch.float32 else x.float()], torch.float32, [1] * x.dim())
-    return torch.cond(magnitude.isfinite().reshape(()), pool, lambda y, *_: windows(y), (x, *operands))
+    return magnitude.isfinite().reshape(())
 
 
 def averaged_at_once(x: torch.Tensor, target: torch.Tensor, out_sizes: Sequence[int | None]) -> torch.Tensor:
