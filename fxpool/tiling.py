@@ -15,13 +15,12 @@ dynamo ONNX exporter :func:`pooled_where_windows_tile` asks at run time and ``to
 
 The Ifs cost export time (dynamo traces a nested If again at every level: a lone 2d average pool took 7-9 s to
 export, 4 s without them), which bounds the native candidates; the gathers, most of what is traced, sit once in the
-outermost If. The pools and
-Reshapes are written as ONNX itself (torch.onnx's symbolic op), so ``torch.export`` never reshapes or pools a tensor
-by symbolic sizes, which adds guards (``L mod o`` is 0, ``L // o`` is not 1) that named Dims refuse. The conditions
-are a handful of nodes on an ONNX Shape, made before the Ifs; inside them constants are arithmetic on that Shape,
-since what the exporter folds inside an If it leaves behind as unused initializers, which onnxruntime warns of.
-Nothing else branches: the TorchScript exporter writes If only from scripted code, and ``torch.export`` programs for
-PyTorch runtimes keep one graph for every size."""
+outermost If. The pools and Reshapes are written as ONNX itself (torch.onnx's symbolic op), so ``torch.export``
+never reshapes or pools a tensor by symbolic sizes, which adds guards (``L mod o`` is 0, ``L // o`` is not 1) that
+named Dims refuse. The conditions are a handful of nodes on an ONNX Shape, made before the Ifs; inside them
+constants are arithmetic on that Shape, since what the exporter folds inside an If it leaves behind as unused
+initializers, which onnxruntime warns of. Nothing else branches: the TorchScript exporter writes If only from
+scripted code, and ``torch.export`` programs for PyTorch runtimes keep one graph for every size."""
 
 from __future__ import annotations
 

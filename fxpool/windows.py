@@ -60,6 +60,6 @@ def upsample_factor(in_size: int, out_size: int) -> int | None:
 
 def reshapes_into_blocks(in_size: Any, out_size: int) -> Any:
     """Whether every window is a block of a reshape to ``(out_size, in_size // out_size)`` of two or more entries:
-    ``in_size`` a multiple of ``out_size``, at least twice it. Written with ``&``, so a tensor of sizes (an ONNX
-    Shape's entries, :mod:`fxpool.tiling`) answers entry by entry as an int answers."""
+    ``in_size`` a multiple of ``out_size``, at least twice it. Written with ``&``, so a tensor of sizes answers entry
+    by entry as an int answers."""
     return (in_size % out_size == 0) & (in_size >= 2 * out_size)
