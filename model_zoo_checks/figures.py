@@ -185,7 +185,7 @@ def dynamic_figure(results: dict[str, Any]) -> Figure | None:
             for r, marker in zip(rows, marker_of):
                 if r.get(key):
                     ax.scatter(r["t1_dynamic"] / r[key], names.index(r["case"]), marker=marker, s=22, color=FXPOOL, zorder=3)
-                if key == "t1_static" and r.get("t1_dynamic_dynamo"):  # the dynamo exporter's graph: hollow
+                if r.get(key) and r.get("t1_dynamic_dynamo"):  # the dynamo exporter's graph: hollow
                     y, ratio = names.index(r["case"]), r["t1_dynamic_dynamo"] / r[key]
                     ax.scatter(ratio, y, marker=marker, s=22, facecolors="none", edgecolors=FXPOOL, zorder=3)
             ax.axvline(goal, color=NATIVE, linewidth=2)
