@@ -64,7 +64,8 @@ def pooled_where_windows_tile(x: torch.Tensor, out_sizes: Sequence[int | None], 
     def gathered(y: torch.Tensor, *_: torch.Tensor) -> torch.Tensor:
         return windows(y)
 
-    # The gathers once, in the outermost If's else branch: the other arms nest inside its then branch.
+    # The gathers once, in the outermost If's else branch: the other arms nest inside its then branch. A max pool
+    # asks whether its input is finite first, but at the identity (code 2: stride and kernel 1), which reads no entry.
     if family == "max":
         finite = torch.cond(uniform & (key != 2), _finite, lambda y, uniform: uniform.clone(), (x, uniform))
         return torch.cond(finite, natively, gathered, (x, key, output))
