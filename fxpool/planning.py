@@ -47,9 +47,20 @@ SLICES_MAX_WINDOWS = 128
 # The average family's window sums replace sliding AvgPools and slices in ONNX export from this many last-axis
 # copies: won at 33x33->6x6 (0.198), lost at 40x40->6x6 (0.18).
 WINDOW_SUMS_MIN_COPIES = 0.19
-# Pools whose windows tile an axis get the block form in ONNX export (:func:`onnx_block_steps`) from this many
-# entries per window along the last axis: from 16 the blocks won or tied on every plane, with 8 to 12 they lost.
-BLOCK_MIN_LENGTH = 16
+# Pools whose windows tile every pooled axis get the block form in ONNX export (:func:`onnx_block_steps`) from this
+# many entries per window along the last axis, by spatial rank and family (the ``blocks`` section of ``make bench``
+# times both in onnxruntime, one thread). Its pools walk each window, fast on a plane in cache; 1d and 3d averages run as 2d
+# pools (:func:`~fxpool.forms.avg_pool_as_2d`). Averages' blocks won from 16 in 1d and 2d (0.30-0.98x; with 12 they
+# lost 1.16-1.36x on small planes) and from 8 in 3d (0.38-0.61x; 1.46x on a 56 us pool); maxima's from 8 in 1d and 2d
+# (0.50-0.95x; with 6 they lost 1.04x) and from 3 in 3d (0.36-0.95x).
+BLOCK_MIN_LENGTHS: dict[tuple[int, str], int] = {
+    (1, "avg"): 16,
+    (1, "max"): 8,
+    (2, "avg"): 16,
+    (2, "max"): 8,
+    (3, "avg"): 8,
+    (3, "max"): 3,
+}
 # The limits above that send every general average axis to one exact form ("window": ONNX export's
 # window sums wherever an axis is general), for the benchmark's fits and the tests of each form.
 AVERAGE_FORM_LIMITS: dict[str, dict[str, float]] = {
@@ -237,13 +248,13 @@ def onnx_window_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple
 
 def onnx_block_steps(family: PoolFamily, axes: tuple[AxisChoice, ...]) -> tuple[Step, ...]:
     """The block form ONNX export runs for a pool whose windows tile every pooled axis, where the last axis's
-    windows hold at least :data:`BLOCK_MIN_LENGTH` entries, or ``()``."""
+    windows hold at least :data:`BLOCK_MIN_LENGTHS` entries, or ``()``."""
     if any(a.kind not in ("identity", "pool", "reduce") for a in axes) or not any(a.kind == "pool" for a in axes):
         return ()
     if any(a.kind == "pool" and a.kernel != a.stride for a in axes):
         return ()  # overlapping windows
     last = axes[-1]
-    if last.kind == "identity" or last.kernel < BLOCK_MIN_LENGTH:
+    if last.kind == "identity" or last.kernel < BLOCK_MIN_LENGTHS[len(axes), family]:
         return ()
     pooled = [i for i, a in enumerate(axes) if a.kind != "identity"]
     steps: list[Step] = [BlockReduceStep(family, i, axes[i].in_size, axes[i].out_size) for i in pooled]

@@ -7,7 +7,7 @@ dynamo ONNX exporter :func:`pooled_where_windows_tile` asks at run time and ``to
   multiple of its output size) and the stride is at most ``NATIVE_STRIDES``: the one AveragePool or MaxPool the
   static graph has at that size (an identity: a Reshape), found by Ifs that halve the candidates. A max pool takes
   it only where its input is finite: onnxruntime's and OpenVINO's MaxPool skip NaN and give the lowest finite float
-  for a window of -inf alone.
+  for a window of -inf alone. A 1d or 3d average pool is 2d ones (:func:`average_pool_as_2d`).
 - elsewhere, average pools whose lengths are all multiples of their output sizes reshape: long blocks are summed
   one axis at a time (:func:`summed_by_axis`), short ones averaged at once (:func:`averaged_at_once`), as
   onnxruntime runs fastest.
@@ -159,11 +159,43 @@ def native_pool(
     shape = [*x.shape[:2], *(x.shape[2 + axis] if size is None else size for axis, size in enumerate(out_sizes))]
     if stride == 1 and extra == 0:
         return x if output is None else onnx_node("Reshape", [x, output], x.dtype, shape)
+    if family == "avg" and len(out_sizes) != 2:
+        return average_pool_as_2d(x, out_sizes, stride, extra, output)
     window = {
         "kernel_shape": [1 if size is None else stride + extra for size in out_sizes],
         "strides": [1 if size is None else stride for size in out_sizes],
     }
     return onnx_node("AveragePool" if family == "avg" else "MaxPool", [x], x.dtype, shape, **window)
+
+
+def average_pool_as_2d(
+    x: torch.Tensor, out_sizes: Sequence[int | None], stride: int, extra: int, output: torch.Tensor | None
+) -> torch.Tensor:
+    """:func:`native_pool`'s average in 1d or 3d as 2d AveragePools (:func:`~fxpool.forms.avg_pool_as_2d` at
+    runtime sizes): a 1d pool over planes of height 1; a 3d one over H and W of every depth's plane, then over D."""
+    shape, (n, c, *spatial) = onnx_shape(x), x.shape
+    one = shape[:1] * 0 + 1  # constants as arithmetic on the shape, slices with ends: nothing to fold inside the If
+    output = _output_shape(shape, out_sizes) if output is None else output
+    sizes = [length if size is None else size for length, size in zip(spatial, out_sizes)]
+    windows = [(1, 1) if size is None else (stride + extra, stride) for size in out_sizes]
+    if len(out_sizes) == 1:
+        planes = onnx_node("Reshape", [x, torch.cat([shape[:2], one, shape[2:3]])], x.dtype, [n, c, 1, spatial[0]])
+        pooled = onnx_node(
+            "AveragePool", [planes], x.dtype, [n, c, 1, sizes[0]], kernel_shape=[1, windows[0][0]], strides=[1, windows[0][1]]
+        )
+        return onnx_node("Reshape", [pooled, output], x.dtype, [n, c, *sizes])
+    (kd, sd), (kh, sh), (kw, sw) = windows
+    depth, height, width = spatial
+    planes = onnx_node(
+        "Reshape", [x, torch.cat([one, shape[:3].prod(0, keepdim=True), shape[3:5]])], x.dtype, [1, n * c * depth, height, width]
+    )
+    pooled = onnx_node("AveragePool", [planes], x.dtype, [1, n * c * depth, *sizes[1:]], kernel_shape=[kh, kw], strides=[sh, sw])
+    columns_target = torch.cat([one, shape[:2].prod(0, keepdim=True), shape[2:3], output[3:5].prod(0, keepdim=True)])
+    columns = onnx_node("Reshape", [pooled, columns_target], x.dtype, [1, n * c, depth, sizes[1] * sizes[2]])
+    pooled = onnx_node(
+        "AveragePool", [columns], x.dtype, [1, n * c, sizes[0], sizes[1] * sizes[2]], kernel_shape=[kd, 1], strides=[sd, 1]
+    )
+    return onnx_node("Reshape", [pooled, output], x.dtype, [n, c, *sizes])
 
 
 def _finite(x: torch.Tensor, *_: torch.Tensor) -> torch.Tensor:

@@ -21,6 +21,9 @@ repeat, after a warm-up, and the median of the repeats is reported. Sections:
   by side in onnxruntime (one thread), against the planner's pick: the data
   :data:`fxpool.planning.SLIDING_MAX_LENGTH`, ``SLICES_MAX_WINDOWS`` and ``WINDOW_SUMS_MIN_COPIES``
   are fitted to.
+- ``blocks``: the block form against the pool where windows tile every axis, in onnxruntime (one thread), and the
+  planner's pick: the data :data:`fxpool.planning.BLOCK_MIN_LENGTHS` are fitted to
+  (:mod:`model_zoo_checks.block_benchmarks`).
 - ``dynamic``: one ``dynamic=True`` graph per pool case run at the example's size and two others, against
   fxpool's static graph for each size, OpenVINO's native op compiled with dynamic shapes and the read-once
   floor, at 1 and 2 threads, with its peak memory (:mod:`model_zoo_checks.dynamic_benchmarks`).
@@ -51,7 +54,7 @@ import fxpool.replacements
 from fxpool.exporting import exporter_reason
 from fxpool.planning import choose_plan
 
-from . import dynamic_benchmarks, model_benchmarks, quantization
+from . import block_benchmarks, dynamic_benchmarks, model_benchmarks, quantization
 from .options import DTYPES, add_device_options, device_and_dtypes, draw_figures, ort_sessions, run_facts
 from .timing import side_by_side
 
@@ -474,8 +477,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--sections",
         nargs="*",
-        default=["pools", "convert", "avgforms", "dynamic", "quantization"],
-        choices=["pools", "convert", "avgforms", "quantization", "models", "compile", "aoti", "dynamic"],
+        default=["pools", "convert", "avgforms", "blocks", "dynamic", "quantization"],
+        choices=["pools", "convert", "avgforms", "blocks", "quantization", "models", "compile", "aoti", "dynamic"],
         help="models, compile and aoti (whole models, torch.compile, AOTInductor: model_zoo_checks.model_benchmarks) "
         "are asked for by name; make gpu-checks runs them on the GPU",
     )
@@ -513,6 +516,7 @@ HEADERS = {
     "| convert's extra peak MB, of the forward's |\n|---|---|---|---|---|---|---|---|---|\n",
     "avgforms": "\n| average pool | ORT sliding ms | ORT slices ms | ORT gather ms | ORT window ms "
     "| ORT window (dynamo) ms | picked | best | picked / best |\n|---|---|---|---|---|---|---|---|---|\n",
+    "blocks": block_benchmarks.HEADER,
     "quantization": "\n" + quantization.HEADER,
     "dynamic": dynamic_benchmarks.HEADER,
     "models": "\n| model | size | dtype | original ms | converted ms | converted / original |\n|---|---|---|---|---|---|\n",
@@ -527,6 +531,8 @@ def run_section(section: str, args: argparse.Namespace, device: str, dtypes: tup
         return convert_section(args.convert_repeats)
     if section == "avgforms":
         return average_forms_section(args.repeats)
+    if section == "blocks":
+        return block_benchmarks.blocks_section(args.repeats)
     if section == "dynamic":
         return dynamic_benchmarks.dynamic_section(SHAPES, args.repeats, args.cases)
     if section == "quantization":

@@ -211,7 +211,19 @@ def measured_by(results: dict[str, Any], command: str, section: str = "", thread
     return f"{command}{f' of {date}' if date else ''}, torch {results.get('torch', '?')}, {device_words(results, threads)}"
 
 
-BENCH_SECTIONS = ("run", "pools", "runtime", "dynamic", "convert", "models", "compile", "avgforms", "quantization", "aoti")
+BENCH_SECTIONS = (
+    "run",
+    "pools",
+    "runtime",
+    "dynamic",
+    "convert",
+    "models",
+    "compile",
+    "avgforms",
+    "blocks",
+    "quantization",
+    "aoti",
+)
 
 
 def bench_markdown(results: dict[str, Any], sections: Sequence[str] = ()) -> str:
@@ -353,6 +365,35 @@ def bench_chunks(results: dict[str, Any]) -> dict[str, list[str]]:
                     _over(r, f"ort_{r['picked']}", f"ort_{r['best']}"),
                 )
                 for r in results["avgforms"]
+            ],
+        ) + [""]
+    if results.get("blocks"):
+        lines = chunks["blocks"] = [
+            "## The block form against the pool, and the planner's pick",
+            "",
+            "Pools whose windows tile every axis, exported with each ONNX form forced (TorchScript exporter) and "
+            "timed side by side (one thread, ms): the pool (one AveragePool or MaxPool, a 1d or 3d average as 2d "
+            "ones) and the blocks (per axis a Reshape and one reduction), in bold the planner's pick; last, a 1d "
+            "or 3d average's time as ONNX's own 1d or 3d AveragePool over its time as 2d ones (opset 20).",
+            "",
+        ]
+
+        def timed(row: dict[str, Any], form: str) -> str:
+            text = _fmt(row[f"{form}_s"] * 1e3)
+            return f"**{text}**" if form == row["picked"] else text
+
+        lines += _table(
+            ("pool", "stride", "pool ms", "blocks ms", "blocks / pool", "1d/3d AveragePool / pool"),
+            [
+                (
+                    f"{r['family']} {'x'.join(map(str, r['shape']))} → {'x'.join(map(str, r['output']))}",
+                    str(r["stride"]),
+                    timed(r, "pool"),
+                    timed(r, "blocks"),
+                    _over(r, "blocks_s", "pool_s"),
+                    _over(r, "pool_nd_s", "pool_s"),
+                )
+                for r in results["blocks"]
             ],
         ) + [""]
     if results.get("quantization"):

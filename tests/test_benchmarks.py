@@ -52,6 +52,29 @@ def test_average_form_rows_time_every_form_and_leave_the_planner_as_it_was(monke
     assert all(r[f"ort_{form}"] > 0 for r in rows for form in ("sliding", "slices", "gather", "window"))
 
 
+def test_block_rows_time_each_form_as_exported_and_leave_the_planner_as_it_was(tmp_path) -> None:
+    """Each forced form is what its graph holds (the pool as 2d AveragePools, the blocks without one, pool_nd ONNX's
+    3d AveragePool), and the pick is the planner's at the thresholds it had before."""
+    import onnx
+
+    from fxpool import forms, planning
+    from model_zoo_checks import block_benchmarks
+
+    thresholds, as_2d = dict(planning.BLOCK_MIN_LENGTHS), forms.averages_as_2d
+    row = block_benchmarks.block_case("avg", (1, 4, 8, 8, 8), (2, 2, 2), 1, str(tmp_path))
+    assert planning.BLOCK_MIN_LENGTHS == thresholds and forms.averages_as_2d is as_2d
+    kernels = {}
+    for form in ("pool", "blocks", "pool_nd"):
+        nodes = onnx.load(str(tmp_path / f"{form}.onnx")).graph.node
+        kernels[form] = [len(a.ints) for n in nodes if n.op_type == "AveragePool" for a in n.attribute if a.name == "kernel_shape"]
+    assert kernels == {"pool": [2, 2], "blocks": [], "pool_nd": [3]}
+    assert row["picked"] == "pool" and all(row[f"{form}_s"] > 0 for form in kernels)
+    cases = [("avg", (1, 4), (2, 2, 2), (8,)), ("max", (1, 4), (6,), (2, 8))]
+    rows = block_benchmarks.blocks_section(repeats=1, cases=cases)
+    picks = [(r["stride"], r["picked"], "pool_nd_s" in r) for r in rows]
+    assert picks == [(8, "blocks", True), (2, "pool", False), (8, "blocks", False)]
+
+
 @pytest.mark.cuda
 def test_gpu_eager_case_in_every_dtype() -> None:
     for dtype in benchmarks.DTYPES.values():

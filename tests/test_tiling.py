@@ -77,6 +77,20 @@ def graph_ops(path: str) -> set[str]:
     return set(op_histogram(path))
 
 
+def pool_ranks(path: str) -> set[int]:
+    """How many axes the graph's AveragePools and MaxPools pool (subgraphs included)."""
+    import onnx
+
+    graphs, ranks = [onnx.load(path).graph], set()
+    while graphs:
+        graph = graphs.pop()
+        for node in graph.node:
+            graphs += [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
+            if node.op_type in ("AveragePool", "MaxPool"):
+                ranks |= {len(a.ints) for a in node.attribute if a.name == "kernel_shape"}
+    return ranks
+
+
 @pytest.mark.parametrize("family", ["Avg", "Max"])
 @pytest.mark.parametrize("case", list(POOLS))
 def test_the_dynamo_graph_pools_natively_or_reshapes_where_windows_tile_and_gathers_elsewhere(
@@ -91,6 +105,7 @@ def test_the_dynamo_graph_pools_natively_or_reshapes_where_windows_tile_and_gath
     ops = graph_ops(path)
     native = {"Avg": {"AveragePool", "Reshape"}, "Max": {"MaxPool", "ReduceL1"}}[family]
     assert {"If", "Gather"} | native <= ops, ops
+    assert pool_ranks(path) == ({2} if family == "Avg" else {len(spatial)})  # 1d and 3d averages pool as 2d
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     for size in sizes:
         for y in finite_and_not((2, 3, *size), seed=sum(size)):
@@ -128,18 +143,24 @@ def test_the_branch_conditions_match_the_window_arithmetic_exhaustively() -> Non
         ("Avg", (56, 63), {"Reshape", "ReduceSum"}),
         ("Avg", (15, 15), {"AveragePool"}),
         ("Max", (15, 15), {"MaxPool", "ReduceL1", "If", "Gather"}),
+        ("Avg", (14, 21, 14), {"Reshape", "ReduceMean"}),
+        ("Avg", (14,), {"AveragePool"}),
+        ("Avg", (15, 15, 15), {"AveragePool"}),
+        ("Max", (14, 14, 14), {"MaxPool", "ReduceL1", "If", "Gather"}),
     ],
-    ids=["short blocks", "long blocks", "native", "native max"],
+    ids=["short blocks", "long blocks", "native", "native max", "3d blocks", "1d native", "3d native", "3d native max"],
 )
 def test_a_static_export_of_a_dynamic_conversion_at_a_tiling_size_takes_its_arm_alone(family, size, nodes, tmp_path) -> None:
-    """The arm is chosen at export: no If but a max pool's NaN check, no gathers but in the max pool's NaN arm."""
-    pool = getattr(nn, f"Adaptive{family}Pool2d")(7)
-    converted = fxpool.convert(pool, torch.randn(1, 3, 10, 10), dynamic=True)
+    """The arm is chosen at export: no If but a max pool's NaN check, no gathers but in the max pool's NaN arm.
+    1d and 3d averages pool as 2d AveragePools (:func:`fxpool.tiling.average_pool_as_2d`)."""
+    pool = getattr(nn, f"Adaptive{family}Pool{len(size)}d")(7)
+    converted = fxpool.convert(pool, torch.randn(1, 3, *(10,) * len(size)), dynamic=True)
     x = torch.randn(1, 3, *size)
     path = str(tmp_path / "static.onnx")
     export_dynamic(converted, x, path, None)
     ops = graph_ops(path)
     assert nodes <= ops and not {"If", "Gather", "Where"} - nodes & ops, ops
+    assert pool_ranks(path) <= ({2} if family == "Avg" else {len(size)})
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     for y in finite_and_not((1, 3, *size), seed=0):
         ours = torch.from_numpy(session.run(None, {"x": y.numpy()})[0])

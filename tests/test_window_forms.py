@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 import fxpool
 from fxpool.forms import window_counts, window_gather_indices, window_position_indices
-from fxpool.planning import BLOCK_MIN_LENGTH, WINDOW_SUMS_MIN_COPIES, choose_plan, last_axis_copies
+from fxpool.planning import BLOCK_MIN_LENGTHS, WINDOW_SUMS_MIN_COPIES, choose_plan, last_axis_copies
 from fxpool.replacements import ExactAdaptivePool
 from fxpool.steps import BlockReduceStep, SpatialLayoutStep, WindowCountStep, WindowReduceStep, WindowSlicesStep, WindowZeroStep
 from fxpool.windows import window_bounds
@@ -108,9 +108,10 @@ def test_block_form_where_the_windows_tile_every_pooled_axis_and_the_last_axis_b
         BlockReduceStep("max", 2, 96, 6),
     )  # the identity axis has none, the max family no division
     assert choose_plan("avg", (64, 64), (1, 2)).onnx_steps[0] == BlockReduceStep("avg", 0, 64, 1)  # an axis pooled whole
-    length = BLOCK_MIN_LENGTH
-    assert choose_plan("avg", (4 * length,), (4,)).onnx_steps
-    assert not choose_plan("avg", (4 * (length - 1),), (4,)).onnx_steps  # shorter blocks: the pool of the steps
+    for (dims, family), length in BLOCK_MIN_LENGTHS.items():
+        assert choose_plan(family, (5,) * (dims - 1) + (4 * length,), (5,) * (dims - 1) + (4,)).onnx_steps
+        if length > 2:  # shorter blocks: the pool of the steps
+            assert not choose_plan(family, (5,) * (dims - 1) + (4 * (length - 1),), (5,) * (dims - 1) + (4,)).onnx_steps
     assert not choose_plan("avg", (64, 14), (2, 7)).onnx_steps  # short blocks on the last axis
     assert not choose_plan("avg", (16, 16), (2, 2)).onnx_steps  # 8 entries: the pool is faster on small planes
     assert not choose_plan("avg", (64, 64), (3, 3)).onnx_steps  # 22-entry windows every 21: overlapping
