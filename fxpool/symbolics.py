@@ -166,7 +166,7 @@ def _lower_plan(ops: _Ops, x: Any, plan: PoolPlan, rank: int, batched: bool, dty
     first = rank - dims  # position of the first spatial axis
     for step in plan.steps:
         if isinstance(step, PoolStep):
-            x = ops.op("AveragePool", x, kernel_shape=list(step.kernel), strides=list(step.stride))
+            x = _average_pool(ops, x, list(step.kernel), list(step.stride))
         elif isinstance(step, ReduceStep):
             if len(step.axes) == dims:
                 x = ops.op("GlobalAveragePool", x)
@@ -177,7 +177,7 @@ def _lower_plan(ops: _Ops, x: Any, plan: PoolPlan, rank: int, batched: bool, dty
             for length in step.lengths:
                 kernel = [1] * dims
                 kernel[step.axis] = length
-                blocks.append(x if length == 1 else ops.op("AveragePool", x, kernel_shape=kernel, strides=[1] * dims))
+                blocks.append(x if length == 1 else _average_pool(ops, x, kernel, [1] * dims))
             joined = ops.op("Concat", *blocks, axis=first + step.axis) if len(blocks) > 1 else blocks[0]
             x = ops.gather(joined, sliding_window_indices(step.in_size, step.out_size, step.lengths), first + step.axis)
         elif isinstance(step, (SlidingWindowStep, WindowSlicesStep)):
@@ -200,6 +200,24 @@ def _lower_plan(ops: _Ops, x: Any, plan: PoolPlan, rank: int, batched: bool, dty
         else:
             raise TypeError(f"fxpool: an average pool's plan has no ONNX lowering for step {step!r}")
     return x if batched else ops.with_axes("Squeeze", x, [0])
+
+
+def _average_pool(ops: _Ops, x: Any, kernel: list[int], stride: list[int]) -> Any:
+    """An AveragePool of ``(N, C, *spatial)``; in 1d and 3d as 2d ones, as converted models export them
+    (:func:`~fxpool.forms.avg_pool_as_2d`: onnxruntime's AveragePool from opset 19 walks 1d and 3d windows slowly)."""
+    if len(kernel) == 2:
+        return ops.op("AveragePool", x, kernel_shape=kernel, strides=stride)
+    if len(kernel) == 1:  # over planes of height 1
+        planes = ops.with_axes("Unsqueeze", x, [2])
+        return ops.with_axes("Squeeze", ops.op("AveragePool", planes, kernel_shape=[1, *kernel], strides=[1, *stride]), [2])
+    minus_one = ops.constant(torch.tensor([-1]))
+    shape = ops.op("Shape", x)
+    planes = ops.op("Reshape", x, ops.op("Concat", ops.slice(shape, 0, 1, 0), minus_one, ops.slice(shape, 3, 5, 0), axis=0))
+    planes = ops.op("AveragePool", planes, kernel_shape=kernel[1:], strides=stride[1:])  # H and W of every (N, C, D) plane
+    columns = ops.op("Reshape", planes, ops.op("Concat", ops.slice(shape, 0, 3, 0), minus_one, axis=0))  # (N, C, D, H'W')
+    columns = ops.op("AveragePool", columns, kernel_shape=[kernel[0], 1], strides=[stride[0], 1])  # D
+    target = ops.op("Concat", ops.slice(ops.op("Shape", columns), 0, 3, 0), ops.slice(ops.op("Shape", planes), 2, 4, 0), axis=0)
+    return ops.op("Reshape", columns, target)
 
 
 def _lower_dynamic(ops: _Ops, x: Any, in_sizes: tuple[int | None, ...], requested: list[Any], rank: int, dtype: torch.dtype) -> Any:
