@@ -172,15 +172,15 @@ def avg_pool_as_2d(x: torch.Tensor, kernel: tuple[int, ...], stride: tuple[int, 
     """A 1d or 3d average pool as 2d ones: a 1d pool over planes of height 1; a 3d one over H and W of every
     (lead, D) plane, then over D (an average over a box is the average over D of the averages over H and W).
     Exports get it (:func:`averages_as_2d`): onnxruntime's AveragePool from opset 19 (the exporters write 20)
-    walks 1d and 3d windows 4x slower than 2d ones (a 3d pool as 2d ones ran 1.2-3x faster than even opset 18's
-    3d pool), and ExecuTorch's runtime has no avg_pool3d kernel (a program holding one fails to load)."""
-    *lead, length = x.shape
+    walks 1d and 3d windows about 4x slower than opset 18's, 2d ones as fast (its 1d and 3d pools took 1.6-17x
+    this form's time: ``make bench``'s ``blocks`` section), and ExecuTorch's runtime has no avg_pool3d kernel (a
+    program holding one fails to load)."""
+    lead = x.shape[: -len(kernel)]
     if any(isinstance(size, int) and size == 0 for size in lead):  # nothing to pool: a 2d pool refuses 0 channels
         return AVG_POOLS[len(kernel)](x, kernel, stride)
+    if len(kernel) == 1:  # (N, C, 1, L): the channels stay an axis of their own, which onnxruntime's fast pools need known
+        return F.avg_pool2d(x.unsqueeze(-2), (1, kernel[0]), (1, stride[0])).squeeze(-2)
     # 4d tensors throughout: runtimes lay a 2d pool's input out as NCHW (XNNPACK, LiteRT's NHWC transpose)
-    if len(kernel) == 1:
-        pooled = F.avg_pool2d(x.reshape(1, -1, 1, length), (1, kernel[0]), (1, stride[0]))
-        return pooled.reshape(*lead, pooled.shape[-1])
     *lead, depth, height, width = x.shape
     planes = F.avg_pool2d(x.reshape(1, -1, height, width), kernel[1:], stride[1:])  # H and W, every (lead, D) plane
     out_h, out_w = planes.shape[-2:]

@@ -49,10 +49,10 @@ SLICES_MAX_WINDOWS = 128
 WINDOW_SUMS_MIN_COPIES = 0.19
 # Pools whose windows tile every pooled axis get the block form in ONNX export (:func:`onnx_block_steps`) from this
 # many entries per window along the last axis, by spatial rank and family (the ``blocks`` section of ``make bench``
-# times both in onnxruntime, one thread). Its pools walk each window, fast on a plane in cache; 1d and 3d averages run as 2d
-# pools (:func:`~fxpool.forms.avg_pool_as_2d`). Averages' blocks won from 16 in 1d and 2d (0.30-0.98x; with 12 they
-# lost 1.16-1.36x on small planes) and from 8 in 3d (0.38-0.61x; 1.46x on a 56 us pool); maxima's from 8 in 1d and 2d
-# (0.50-0.95x; with 6 they lost 1.04x) and from 3 in 3d (0.36-0.95x).
+# times both in onnxruntime, one thread). Its pools walk each window, fast on a plane in cache; 1d and 3d averages
+# run as 2d pools (:func:`~fxpool.forms.avg_pool_as_2d`). Averages' blocks won from 16 in 1d and 2d (0.30-0.98x;
+# with 12 they lost 1.16-1.36x on small planes) and from 8 in 3d (0.37-0.70x; 1.5x on a 54 us pool); maxima's from
+# 8 in 1d and 2d (0.50-0.95x; with 6 they lost 1.04x) and from 3 in 3d (0.30-0.95x).
 BLOCK_MIN_LENGTHS: dict[tuple[int, str], int] = {
     (1, "avg"): 16,
     (1, "max"): 8,

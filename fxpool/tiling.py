@@ -172,7 +172,9 @@ def average_pool_as_2d(
     x: torch.Tensor, out_sizes: Sequence[int | None], stride: int, extra: int, output: torch.Tensor | None
 ) -> torch.Tensor:
     """:func:`native_pool`'s average in 1d or 3d as 2d AveragePools (:func:`~fxpool.forms.avg_pool_as_2d` at
-    runtime sizes): a 1d pool over planes of height 1; a 3d one over H and W of every depth's plane, then over D."""
+    runtime sizes): a 1d pool over planes of height 1; a 3d one over H and W of every depth's plane, then over D. The
+    channels stay an axis of their own where they can: onnxruntime's fast pools need their number known, which a
+    Reshape to a runtime target hides unless its declared shape names it."""
     shape, (n, c, *spatial) = onnx_shape(x), x.shape
     one = shape[:1] * 0 + 1  # constants as arithmetic on the shape, slices with ends: nothing to fold inside the If
     output = _output_shape(shape, out_sizes) if output is None else output
@@ -186,14 +188,18 @@ def average_pool_as_2d(
         return onnx_node("Reshape", [pooled, output], x.dtype, [n, c, *sizes])
     (kd, sd), (kh, sh), (kw, sw) = windows
     depth, height, width = spatial
-    planes = onnx_node(
-        "Reshape", [x, torch.cat([one, shape[:3].prod(0, keepdim=True), shape[3:5]])], x.dtype, [1, n * c * depth, height, width]
-    )
-    pooled = onnx_node("AveragePool", [planes], x.dtype, [1, n * c * depth, *sizes[1:]], kernel_shape=[kh, kw], strides=[sh, sw])
-    columns_target = torch.cat([one, shape[:2].prod(0, keepdim=True), shape[2:3], output[3:5].prod(0, keepdim=True)])
-    columns = onnx_node("Reshape", [pooled, columns_target], x.dtype, [1, n * c, depth, sizes[1] * sizes[2]])
+    if extra == 0:  # windows that tile H never cross a depth: (N, C, D * H, W), the channels an axis of their own
+        target, planes_shape = torch.cat([shape[:2], shape[2:4].prod(0, keepdim=True), shape[4:5]]), [n, c, depth * height, width]
+        pooled_shape = [n, c, depth * sizes[1], sizes[2]]
+    else:  # every depth's plane: (1, N * C * D, H, W)
+        target, planes_shape = torch.cat([one, shape[:3].prod(0, keepdim=True), shape[3:5]]), [1, n * c * depth, height, width]
+        pooled_shape = [1, n * c * depth, *sizes[1:]]
+    planes = onnx_node("Reshape", [x, target], x.dtype, planes_shape)
+    pooled = onnx_node("AveragePool", [planes], x.dtype, pooled_shape, kernel_shape=[kh, kw], strides=[sh, sw])
+    columns_target = torch.cat([shape[:2], shape[2:3], output[3:5].prod(0, keepdim=True)])
+    columns = onnx_node("Reshape", [pooled, columns_target], x.dtype, [n, c, depth, sizes[1] * sizes[2]])
     pooled = onnx_node(
-        "AveragePool", [columns], x.dtype, [1, n * c, sizes[0], sizes[1] * sizes[2]], kernel_shape=[kd, 1], strides=[sd, 1]
+        "AveragePool", [columns], x.dtype, [n, c, sizes[0], sizes[1] * sizes[2]], kernel_shape=[kd, 1], strides=[sd, 1]
     )
     return onnx_node("Reshape", [pooled, output], x.dtype, [n, c, *sizes])
 
