@@ -181,7 +181,7 @@ def avg_pool_as_2d(x: torch.Tensor, kernel: tuple[int, ...], stride: tuple[int, 
     if len(kernel) == 1:  # (N, C, 1, L): the channels stay an axis of their own, which onnxruntime's fast pools need known
         return F.avg_pool2d(x.unsqueeze(-2), (1, kernel[0]), (1, stride[0])).squeeze(-2)
     # 4d tensors throughout: runtimes lay a 2d pool's input out as NCHW (XNNPACK, LiteRT's NHWC transpose)
-    *lead, depth, height, width = x.shape
+    depth, height, width = x.shape[-3:]
     planes = F.avg_pool2d(x.reshape(1, -1, height, width), kernel[1:], stride[1:])  # H and W, every (lead, D) plane
     out_h, out_w = planes.shape[-2:]
     columns = F.avg_pool2d(planes.reshape(1, -1, depth, out_h * out_w), (kernel[0], 1), (stride[0], 1))  # D
