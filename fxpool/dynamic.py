@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .forms import append_zeros, flagged_maximum, keep_memory_format, needs_gradient, span_sum
+from .forms import LOW_PRECISION, append_zeros, flagged_maximum, keep_memory_format, needs_gradient, span_sum
 from .onnxnodes import window_slices
 from .planning import DynamicKind
 from .replacements import native_pool_function, native_pool_module, normalized_output_size
@@ -34,7 +34,6 @@ from .tiling import pooled_where_windows_tile
 
 torch.fx.wrap("check_input")  # a leaf here too, so converted models trace again with torch.fx
 
-_LOW_PRECISION = (torch.float16, torch.bfloat16)
 SHORT_WINDOWS = 4  # windows shorter than this on average at the size traced sum one zero-padded block (:func:`window_sums`)
 GROUPED_BLOCK_BYTES = 4 << 20  # a larger zero-padded block is read for two groups of windows in turn (less memory, as fast)
 MAX_SINGLES = 8  # window entries gathered one per window before the rest is one block (:func:`window_maxima`)
@@ -276,7 +275,7 @@ class _DynamicPool(nn.Module):
         """The window gathers (or slices) for every size (:meth:`_windows`); under the dynamo ONNX exporter an If
         that reshapes instead where the windows tile (:mod:`fxpool.tiling`). Averages sum in float32, as PyTorch."""
         source, dtype, onnx = x, x.dtype, in_onnx_export()
-        upcast = self.family == "avg" and (not isinstance(dtype, torch.dtype) or dtype in _LOW_PRECISION)  # a Proxy: cast
+        upcast = self.family == "avg" and (not isinstance(dtype, torch.dtype) or dtype in LOW_PRECISION)  # a Proxy: cast
         if upcast:
             x = x.to(torch.promote_types(dtype, torch.float32))  # rounded once, as PyTorch does
         # dynamo traces the branches: they get ``onnx`` (it answers False for is_in_onnx_export)

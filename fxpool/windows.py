@@ -14,7 +14,6 @@ True
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
 
 
 def _check_sizes(in_size: int, out_size: int) -> None:
@@ -58,8 +57,7 @@ def upsample_factor(in_size: int, out_size: int) -> int | None:
     return None
 
 
-def reshapes_into_blocks(in_size: Any, out_size: int) -> Any:
+def reshapes_into_blocks(in_size: int, out_size: int) -> bool:
     """Whether every window is a block of a reshape to ``(out_size, in_size // out_size)`` of two or more entries:
-    ``in_size`` a multiple of ``out_size``, at least twice it. Written with ``&``, so a tensor of sizes answers entry
-    by entry as an int answers."""
-    return (in_size % out_size == 0) & (in_size >= 2 * out_size)
+    ``in_size`` a multiple of ``out_size``, at least twice it."""
+    return in_size % out_size == 0 and in_size >= 2 * out_size
