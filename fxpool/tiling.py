@@ -13,9 +13,9 @@ dynamo ONNX exporter :func:`pooled_where_windows_tile` asks at run time and ``to
   onnxruntime runs fastest.
 - everything else gathers the windows (``windows``).
 
-The Ifs cost export time (dynamo traces a nested If again at every level: a lone 2d average pool took 7-9 s to
-export, 4 s without them), which bounds the native candidates; the gathers, most of what is traced, sit once in the
-outermost If. The pools and Reshapes are written as ONNX itself (torch.onnx's symbolic op), so ``torch.export``
+The Ifs cost export time (dynamo traces a nested If again at every level: a lone 2d average pool took 6-9 s to
+export, 3.5 s with one native arm), which bounds the native candidates; the gathers, most of what is traced, sit
+once in the outermost If. The pools and Reshapes are written as ONNX itself (torch.onnx's symbolic op), so ``torch.export``
 never reshapes or pools a tensor by symbolic sizes, which adds guards (``L mod o`` is 0, ``L // o`` is not 1) that
 named Dims refuse. The conditions are a handful of nodes on an ONNX Shape, made before the Ifs; inside them
 constants are arithmetic on that Shape, since what the exporter folds inside an If it leaves behind as unused
