@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from .forms import LOW_PRECISION, append_zeros, flagged_maximum, keep_memory_format, needs_gradient, span_sum
-from .onnxnodes import window_slices
+from .onnxnodes import quotient, window_slices
 from .planning import DynamicKind
 from .replacements import native_pool_function, native_pool_module, normalized_output_size
 from .sizechecks import check_input, in_onnx_export, plain_eager, static_size
@@ -40,17 +40,22 @@ MAX_SINGLES = 8  # window entries gathered one per window before the rest is one
 
 
 def _div(numerator: Any, out_size: int) -> Any:
-    """``numerator // out_size`` (non-negative: int, SymInt, Proxy, or a 0-d tensor, truncated: one ONNX Div)."""
+    """``numerator // out_size`` (non-negative: int, SymInt, Proxy, or a tensor: one ONNX Div, exact)."""
     if isinstance(numerator, torch.Tensor):
-        return torch.div(numerator, out_size, rounding_mode="trunc")
+        return quotient(numerator, out_size)
     return numerator // out_size
 
 
 def runtime_window_bounds(length: Any, out_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every window's start ``floor(i*L/o)`` and end ``ceil((i+1)*L/o)`` from a runtime length (int, SymInt, 0-d tensor)."""
+    """Every window's start ``floor(i*L/o)`` and end ``ceil((i+1)*L/o)`` from a runtime length (int, SymInt, 0-d
+    tensor), as ``i * (L // o) + floor(i * (L % o) / o)``: the vector divided stays below ``o * (o + 1)``, where even
+    a division through float32 is exact (``o < 4096``: the dynamo ONNX exporter lowers ``torch.div`` of int64 tensors
+    so, which ``torch.onnx.export`` of a ``torch.export`` program of this form meets) and int32 holds it."""
     steps = torch.arange(out_size, device=device)
-    starts = _div(steps * length, out_size)
-    ends = _div((steps + 1) * length + (out_size - 1), out_size)
+    whole = _div(length, out_size)
+    rest = length - whole * out_size
+    starts = steps * whole + _div(steps * rest, out_size)
+    ends = (steps + 1) * whole + _div((steps + 1) * rest + (out_size - 1), out_size)
     return starts, ends
 
 

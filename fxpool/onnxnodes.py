@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from .sizechecks import in_onnx_export
+
 # TensorProto data types of the dtypes a pool's input and its shapes may have
 _ONNX_DTYPES = {torch.float32: 1, torch.float16: 10, torch.float64: 11, torch.bfloat16: 16, torch.int64: 7}
 
@@ -42,6 +44,20 @@ def onnx_node(op_type: str, inputs: list[torch.Tensor], dtype: torch.dtype, shap
 def onnx_shape(x: torch.Tensor) -> torch.Tensor:
     """``x``'s shape as an int64 tensor: one ONNX Shape, the source of every runtime size computed from it."""
     return onnx_node("Shape", [x], torch.int64, [x.dim()])
+
+
+def quotient(numerator: torch.Tensor, divisor: torch.Tensor | int) -> torch.Tensor:
+    """``numerator // divisor`` of non-negative int64 tensors, exact at every size. Under the dynamo ONNX exporter one
+    ONNX Div of integers: the exporter lowers ``torch.div(..., rounding_mode="trunc")`` of int64 tensors through
+    float32 (Cast, Div, Abs, Floor, Sign, Mul, Cast), which misplaced window bounds ``i * L / o`` past 2**24
+    (1,000,000 -> 997: 22 starts and 36 ends). Elsewhere ``torch.div``, exact (the TorchScript exporter divides
+    integers as integers)."""
+    if not (torch.compiler.is_exporting() and in_onnx_export()):
+        return torch.div(numerator, divisor, rounding_mode="trunc")
+    if isinstance(divisor, int):
+        divisor = onnx_node("Constant", [], torch.int64, [1], value_ints=[divisor])
+    shape = torch.broadcast_shapes(numerator.shape, divisor.shape)
+    return onnx_node("Div", [numerator, divisor], torch.int64, list(shape))
 
 
 def window_slices(x: torch.Tensor, dim: int, out_size: int) -> list[torch.Tensor]:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .onnxnodes import onnx_node, onnx_shape
+from .onnxnodes import onnx_node, onnx_shape, quotient
 from .sizechecks import in_onnx_export
 from .windows import reshapes_into_blocks, uniform_stride
 
@@ -115,7 +115,7 @@ def window_conditions(lengths: torch.Tensor, sizes: torch.Tensor) -> tuple[torch
     ``NATIVE_STRIDES`` (a native arm's); that arm's code (``2 * stride + kernel - stride``); whether every window is
     a block of two or more entries (:func:`~fxpool.windows.reshapes_into_blocks` on every axis); the shortest
     stride. A handful of ONNX nodes whatever the number of axes."""
-    strides = _quotient(lengths, sizes)
+    strides = quotient(lengths, sizes)
     extras = lengths - strides * sizes  # a kernel is one longer than its stride where its length is one past a multiple
     codes = strides * 2 + extras
     key, shortest, extra = codes.max(), strides.min(), extras.max()
@@ -244,7 +244,7 @@ def _at_once_target(shape: torch.Tensor, out_sizes: Sequence[int | None]) -> tor
     target = [shape[: rank - dims] * 0]  # constants as arithmetic on the shape: nothing to fold inside the If
     for axis, out_size in enumerate(out_sizes):
         entry = shape[rank - dims + axis : rank - dims + axis + 1]
-        target += [entry] if out_size is None else [entry * 0 + out_size, _quotient(entry, out_size)]
+        target += [entry] if out_size is None else [entry * 0 + out_size, quotient(entry, out_size)]
     return torch.cat(target)
 
 
@@ -256,7 +256,7 @@ def _by_axis_targets(shape: torch.Tensor, out_sizes: Sequence[int | None]) -> li
         i = rank - dims + axis
         if out_size is not None:
             inner = [shape[i + 1 :].prod(0, keepdim=True)] if i + 1 < rank else []  # none after the last axis
-            targets.append(torch.cat([minus_one, _quotient(shape[i : i + 1], out_size), *inner]))
+            targets.append(torch.cat([minus_one, quotient(shape[i : i + 1], out_size), *inner]))
     return targets
 
 
@@ -268,9 +268,3 @@ def _output_shape(shape: torch.Tensor, out_sizes: Sequence[int | None]) -> torch
         entry = shape[rank - dims + axis : rank - dims + axis + 1]
         output.append(entry if out_size is None else entry * 0 + out_size)
     return torch.cat(output)
-
-
-def _quotient(sizes: torch.Tensor, divisor: torch.Tensor | int) -> torch.Tensor:
-    """``sizes // divisor`` of non-negative sizes: one ONNX Div (floor division of tensors exports as a dozen
-    nodes that handle negative operands, and inside an If the exporter folded them into initializers it left unused)."""
-    return torch.div(sizes, divisor, rounding_mode="trunc")
