@@ -90,11 +90,6 @@ def _forget_in_dynamo(stand_in: Callable[[], bool]) -> None:
             cached.cache_clear()
 
 
-def is_stand_in(value: Any) -> bool:
-    """True for fxpool's stand-in of ``is_in_onnx_export`` (tests check none is left behind)."""
-    return hasattr(value, "fxpool_original")
-
-
 # How long an export waits for another thread's torch.onnx.export already in flight.
 IN_FLIGHT_TIMEOUT_S = 600.0
 _routes = 0  # across threads: torch.onnx.export is the stand-in while above 0 (hooks, fxpool's exports)

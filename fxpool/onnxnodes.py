@@ -1,6 +1,7 @@
 """ONNX nodes written directly into what the dynamo ONNX exporter traces, where PyTorch ops would make
 ``torch.export`` guard on symbolic sizes (a Reshape to ``L // o``, a Slice to runtime bounds): guards that named
-Dims refuse and that ONNX drops. Each node is torch.onnx's symbolic op, its output declared by dtype and shape."""
+Dims refuse and that ONNX drops; and where the exporter's lowering would be inexact (it divides int64 tensors in
+float32). Each node is torch.onnx's symbolic op, its output declared by dtype and shape."""
 
 from __future__ import annotations
 
