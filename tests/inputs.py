@@ -1,4 +1,4 @@
-"""Random test inputs with NaN, +inf and -inf among their values."""
+"""Test inputs: random ones with NaN, +inf and -inf among their values, and integers that show a misplaced window."""
 
 from __future__ import annotations
 
@@ -12,3 +12,12 @@ def with_non_finite(shape: tuple[int, ...], seed: int, every: int, dtype: torch.
     kind = torch.randint(0, every, shape, generator=generator)
     x[kind == 0], x[kind == 1], x[kind == 2] = float("nan"), float("inf"), float("-inf")
     return x
+
+
+def integers_showing_shifted_windows(family: str, length: int) -> torch.Tensor:
+    """``(1, 1, length)`` integers: for max a ramp (a window's maximum is its last entry), for averages random
+    ones below 16, whose window sums are exact in float32, so a mean is off by a shifted entry (at least 1 / its
+    count) or by one rounding."""
+    if family == "max":
+        return torch.arange(length, dtype=torch.float32).reshape(1, 1, length)
+    return torch.randint(0, 16, (1, 1, length), generator=torch.Generator().manual_seed(length)).float()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from inputs import with_non_finite
+from inputs import integers_showing_shifted_windows, with_non_finite
 from torch import nn
 
 import fxpool
@@ -124,3 +124,17 @@ def test_openvino_compiles_a_dynamic_graph_reshaped_to_static_sizes(family: str,
         [sys.executable, "-c", _COMPILE_AT_STATIC_SIZES, family, path, str(out_size), *sizes], capture_output=True, text=True
     )
     assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+
+
+@pytest.mark.parametrize(("family", "dynamo"), [("avg", False), ("max", True)], ids=["avg-torchscript", "max-dynamo"])
+def test_openvino_places_dynamic_windows_exactly_where_i_times_l_passes_2_to_the_31(family: str, dynamo: bool, tmp_path) -> None:
+    """OpenVINO's CPU plugin computes int64 shape arithmetic in int32: window bounds as ``i * L // o`` overflowed
+    at 3,000,000 -> 997 (averages off by 7.4, maxima by 1.3e6, with both exporters). They are
+    ``i * (L // o) + i * (L % o) // o`` now, no product past ``o * (o + 1)``."""
+    pool = nn.AdaptiveAvgPool1d(997) if family == "avg" else nn.AdaptiveMaxPool1d(997)
+    x = torch.randn(1, 1, 2000)
+    path = str(tmp_path / "long.onnx")
+    options = {"dynamic_shapes": ({2: torch.export.Dim.DYNAMIC},)} if dynamo else {"dynamic_axes": {"x": {2: "L"}}}
+    fxpool.export(nn.Sequential(pool), x, path, dynamic=True, dynamo=dynamo, input_names=["x"], verify=False, **options)
+    y = integers_showing_shifted_windows(family, 3_000_000)
+    torch.testing.assert_close(run_openvino(path, y), pool(y), rtol=1e-6, atol=0)
