@@ -203,12 +203,12 @@ def slice_reduce(y: torch.Tensor, dim: int, out_size: int, family: str, flag_nan
     results concatenated: one Slice and one ReduceMean/ReduceMax per window. Under ``torch.export`` (the dynamo
     ONNX exporter) the Slices are ONNX's own (:func:`~fxpool.onnxnodes.window_slices`): PyTorch's slice to
     symbolic bounds adds guards."""
+    starts, ends = runtime_window_bounds(y.shape[dim], out_size, y.device)
     if torch.compiler.is_exporting():
-        windows = window_slices(y, dim, out_size)
+        windows = window_slices(y, dim, starts, ends)
     else:
-        length, before = y.shape[dim], (slice(None),) * dim
-        bounds = [(_div(i * length, out_size), _div((i + 1) * length + out_size - 1, out_size)) for i in range(out_size)]
-        windows = [y[before + (slice(start, end),)] for start, end in bounds]
+        before = (slice(None),) * dim
+        windows = [y[before + (slice(starts[i], ends[i]),)] for i in range(out_size)]
     parts = [window.mean(dim) if family == "avg" else _block_maximum(window, dim, flag_nan, True) for window in windows]
     return torch.stack(parts, dim)
 

@@ -61,14 +61,15 @@ def quotient(numerator: torch.Tensor, divisor: torch.Tensor | int) -> torch.Tens
     return onnx_node("Div", [numerator, divisor], torch.int64, list(shape))
 
 
-def window_slices(x: torch.Tensor, dim: int, out_size: int) -> list[torch.Tensor]:
-    """Every window of ``x`` along ``dim``, ``[floor(i*L/o), ceil((i+1)*L/o))``: one ONNX Slice each, its bounds
-    from ``x``'s runtime shape, its declared length exact SymInt arithmetic (no guard)."""
-    length, entry = x.shape[dim], onnx_shape(x)[dim : dim + 1]
-    axis = entry * 0 + dim  # constants as arithmetic on the shape: nothing folds inside an If
+def window_slices(x: torch.Tensor, dim: int, starts: torch.Tensor, ends: torch.Tensor) -> list[torch.Tensor]:
+    """Every window of ``x`` along ``dim``, ``[starts[i], ends[i])`` (int64 vectors computed from the runtime size,
+    :func:`~fxpool.dynamic.runtime_window_bounds`): one ONNX Slice each, its declared length PyTorch's window
+    length in exact SymInt arithmetic (no guard)."""
+    length, out_size = x.shape[dim], starts.shape[0]
+    axis = starts[:1] * 0 + dim  # constants as arithmetic: nothing folds inside an If
     windows = []
     for i in range(out_size):
-        start, end = (entry * i) // out_size, (entry * (i + 1) + out_size - 1) // out_size
         size = (length * (i + 1) + out_size - 1) // out_size - (length * i) // out_size
-        windows.append(onnx_node("Slice", [x, start, end, axis], x.dtype, [*x.shape[:dim], size, *x.shape[dim + 1 :]]))
+        bounds = [starts[i : i + 1], ends[i : i + 1], axis]
+        windows.append(onnx_node("Slice", [x, *bounds], x.dtype, [*x.shape[:dim], size, *x.shape[dim + 1 :]]))
     return windows

@@ -376,8 +376,8 @@ def test_one_exported_graph_is_exact_on_every_short_axis(family: str, example: i
 
 
 # Each length run has a window bound i * L / o that float32 division misplaces (i * L past 2**24): 1,000,000 -> 997
-# misplaces 58 (22 starts, 36 ends). (The dynamo exporter's window slices divide by floor division, which it lowers
-# exactly: 16 windows of 1,048,576 entries, exact, took 30 s here to show it.)
+# misplaces 58 (22 starts, 36 ends). Window slices take their bounds from the same runtime_window_bounds (a case of
+# theirs, 16 windows of 1,048,576 entries, took 30 s here).
 PAST_FLOAT32_LENGTHS = (16_827, 1_000_000)
 
 

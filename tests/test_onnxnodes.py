@@ -10,6 +10,7 @@ import torch
 from torch import nn
 from torch.export import Dim
 
+from fxpool.dynamic import runtime_window_bounds
 from fxpool.onnxnodes import onnx_shape, window_slices
 from fxpool.windows import window_bounds
 
@@ -18,7 +19,8 @@ onnxruntime = pytest.importorskip("onnxruntime")
 
 class WindowSums(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.stack([window.sum(2) for window in window_slices(x, 2, 5)], 2)
+        starts, ends = runtime_window_bounds(x.shape[2], 5, x.device)
+        return torch.stack([window.sum(2) for window in window_slices(x, 2, starts, ends)], 2)
 
 
 class ShapeOf(nn.Module):
