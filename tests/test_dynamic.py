@@ -11,10 +11,13 @@ from __future__ import annotations
 import itertools
 import time
 import warnings
+from unittest import mock
 
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from inputs import integers_showing_shifted_windows, with_non_finite
 
 import fxpool
@@ -373,6 +376,32 @@ def test_one_exported_graph_is_exact_on_every_short_axis(family: str, example: i
         y = sparse_non_finite((2, 3, length), seed=length, dtype=torch.float32)
         (out,) = run_onnxruntime(path, (y,))
         torch.testing.assert_close(torch.from_numpy(out), native(family, y, (3,)), rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+def _through_float32(numerator: torch.Tensor, divisor: int) -> torch.Tensor:
+    """``numerator // divisor`` as the dynamo exporter lowers ``torch.div(..., rounding_mode="trunc")`` of int64
+    tensors: in float32 (Cast, Div, Floor, Cast)."""
+    return torch.floor(numerator.to(torch.float32) / divisor).to(torch.int64)
+
+
+@settings(max_examples=300, deadline=None)
+@given(length=st.integers(1, 10**9), out_size=st.integers(1, 4095))
+def test_window_bounds_are_exact_through_a_float32_division_below_4096_outputs(length: int, out_size: int) -> None:
+    """The bounds are ``i * (L // o) + floor(i * (L % o) / o)``: every vector divided stays below ``o * (o + 1)``, so
+    even a division through float32 gives PyTorch's windows, and no product leaves int32 (OpenVINO's CPU plugin
+    computes int64 shape arithmetic in int32)."""
+    divided: list[torch.Tensor] = []
+
+    def division(numerator, divisor):
+        if isinstance(numerator, torch.Tensor) and numerator.dim():
+            divided.append(numerator)
+            return _through_float32(numerator, divisor)
+        return numerator // divisor
+
+    with mock.patch.object(dynamic_module, "_div", division):
+        starts, ends = dynamic_module.runtime_window_bounds(length, out_size, torch.device("cpu"))
+    assert list(zip(starts.tolist(), ends.tolist())) == list(window_bounds(length, out_size))
+    assert max(int(vector.max()) for vector in divided) < min(out_size * (out_size + 1), 2**31)
 
 
 # Each length run has a window bound i * L / o that float32 division misplaces (i * L past 2**24): 1,000,000 -> 997
