@@ -10,7 +10,8 @@ ONNX exporters and ``torch.jit.trace`` (the dynamo exporter's Slices written as 
 bounds add guards that named Dims refuse). Under the dynamo exporter an average pool's windows that tile are
 reshaped instead, behind an If (:mod:`fxpool.tiling`).
 
-Under ONNX export a maximum carries a NaN flag (:func:`~fxpool.forms.nan_flagged`), and no gathered block is ever
+Under ONNX export a maximum carries a NaN flag (:func:`~fxpool.forms.flagged_maximum`, which also gives -inf where a
+window holds -inf alone, as OpenVINO's ReduceMax does not), and no gathered block is ever
 empty, at any size: OpenVINO compiles an empty Gather at a static size into SIGFPE, and PyTorch's amax refuses one.
 Other tracers get ``torch.max(dim)``, last axis first, so a tie's gradient lands where PyTorch's kernel sends it.
 Eager and ``torch.compile`` run PyTorch's own kernel; :meth:`_DynamicPool.traced_form` runs the graph form in eager.

@@ -21,3 +21,15 @@ def integers_showing_shifted_windows(family: str, length: int) -> torch.Tensor:
     if family == "max":
         return torch.arange(length, dtype=torch.float32).reshape(1, 1, length)
     return torch.randint(0, 16, (1, 1, length), generator=torch.Generator().manual_seed(length)).float()
+
+
+def with_masked_windows(shape: tuple[int, ...], seed: int) -> torch.Tensor:
+    """``(N, 4, ...)`` random values with NaN and ±inf (:func:`with_non_finite`), but channel 0 all -inf (every
+    window -inf alone, as a mask of -inf makes), channel 1 all the lowest float (a ``torch.finfo(...).min`` mask),
+    channel 2 both in turn along the last axis, channel 3 -inf over the first half of the last axis."""
+    x = with_non_finite(shape, seed=seed, every=9)
+    lowest = torch.finfo(x.dtype).min
+    x[:, 0], x[:, 1] = float("-inf"), lowest
+    x[:, 2, ..., ::2], x[:, 2, ..., 1::2] = float("-inf"), lowest
+    x[:, 3, ..., : shape[-1] // 2] = float("-inf")
+    return x

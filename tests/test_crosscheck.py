@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from inputs import integers_showing_shifted_windows, with_non_finite
+from inputs import integers_showing_shifted_windows, with_masked_windows, with_non_finite
 from torch import nn
 
 import fxpool
@@ -77,7 +77,7 @@ MAX_CASES = {  # uneven windows: fxpool writes the maximum itself (uniform ones 
 @pytest.mark.parametrize("case", list(MAX_CASES))
 def test_openvino_keeps_nan_and_inf_in_max_windows(case: str, dynamo: bool, dynamic: bool, tmp_path) -> None:
     """OpenVINO's Max keeps NaN only from its second operand and its ReduceMax skips it; fxpool's max graphs
-    carry NaN by a flag of Abs, ReduceSum and Sub, so OpenVINO gives NaN, +inf and -inf where PyTorch does."""
+    carry NaN by a flag (a sum of non-negative entries, then Sub), so OpenVINO gives NaN, +inf and -inf where PyTorch does."""
     pool, in_sizes, other_sizes = MAX_CASES[case]
     x = torch.randn(2, 3, *in_sizes)  # verified in onnxruntime: a finite example
     path = str(tmp_path / "max.onnx")
@@ -87,8 +87,36 @@ def test_openvino_keeps_nan_and_inf_in_max_windows(case: str, dynamo: bool, dyna
     for size in [in_sizes] + (other_sizes if dynamic else []):
         y = with_non_finite((2, 3, *size), seed=sum(size), every=9)
         ours, theirs = torch.from_numpy(compiled([y.numpy()])[0]), pool(y)
-        assert torch.equal(ours.isnan(), theirs.isnan()), (case, size)
-        assert torch.equal(ours.nan_to_num(), theirs.nan_to_num()), (case, size)
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{case} at {size}: {m}")
+
+
+FLAGGED_MAX_CASES = {  # the max forms reduced by a flagged ReduceMax: (output, size, sizes run), dynamic=True or static
+    "10->7": ((7, 7), (10, 10), [(13, 11)], [True]),
+    "slices 64->6": ((6, 6), (64, 64), [(45, 45)], [False, True]),
+    "1d 2000->19 (one block)": ((19,), (2000,), [(1500,)], [False, True]),
+    "3d 9x10x11->4x3x7": ((4, 3, 7), (9, 10, 11), [(12, 13, 15)], [True]),
+}
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+@pytest.mark.parametrize(
+    ("case", "dynamic"), [(case, dynamic) for case, (*_, modes) in FLAGGED_MAX_CASES.items() for dynamic in modes]
+)
+def test_openvino_gives_minus_inf_for_windows_of_minus_inf_alone(case: str, dynamic: bool, dynamo: bool, tmp_path) -> None:
+    """OpenVINO's ReduceMax starts from the lowest finite float, so it gave -3.4e38 for a window holding -inf alone
+    (masked entries filled with -inf, a padded sequence's tail). The flagged maximum gives -inf there, and keeps the
+    lowest float itself (``torch.finfo(float32).min``, a common mask value) where a window holds it, alone or with -inf."""
+    out_sizes, in_sizes, other_sizes, _ = FLAGGED_MAX_CASES[case]
+    pool = getattr(nn, f"AdaptiveMaxPool{len(out_sizes)}d")(out_sizes)
+    path = str(tmp_path / "max.onnx")
+    axes = {"x": {2 + axis: f"size{axis}" for axis in range(len(in_sizes))}} if dynamic else None
+    fxpool.export(pool, torch.randn(1, 4, *in_sizes), path, dynamo=dynamo, dynamic=dynamic, input_names=["x"], dynamic_axes=axes)
+    compiled = openvino.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    for size in [in_sizes] + (other_sizes if dynamic else []):
+        y = with_masked_windows((1, 4, *size), seed=len(size))
+        ours, theirs = torch.from_numpy(compiled([y.numpy()])[0]), pool(y)
+        assert (theirs[0, 0] == float("-inf")).all() and (theirs[0, 1] == torch.finfo(y.dtype).min).all()
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{case} at {size}: {m}")
 
 
 _COMPILE_AT_STATIC_SIZES = """

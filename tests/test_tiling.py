@@ -142,16 +142,17 @@ def test_the_branch_conditions_match_the_window_arithmetic_exhaustively() -> Non
         ("Avg", (14, 21), {"Reshape", "ReduceMean"}),
         ("Avg", (56, 63), {"Reshape", "ReduceSum"}),
         ("Avg", (15, 15), {"AveragePool"}),
-        ("Max", (15, 15), {"MaxPool", "ReduceL1", "If", "Gather"}),
+        ("Max", (15, 15), {"MaxPool", "ReduceL1", "If", "Gather", "Where"}),
         ("Avg", (14, 21, 14), {"Reshape", "ReduceMean"}),
         ("Avg", (14,), {"AveragePool"}),
         ("Avg", (15, 15, 15), {"AveragePool"}),
-        ("Max", (14, 14, 14), {"MaxPool", "ReduceL1", "If", "Gather"}),
+        ("Max", (14, 14, 14), {"MaxPool", "ReduceL1", "If", "Gather", "Where"}),
     ],
     ids=["short blocks", "long blocks", "native", "native max", "3d blocks", "1d native", "3d native", "3d native max"],
 )
 def test_a_static_export_of_a_dynamic_conversion_at_a_tiling_size_takes_its_arm_alone(family, size, nodes, tmp_path) -> None:
-    """The arm is chosen at export: no If but a max pool's NaN check, no gathers but in the max pool's NaN arm.
+    """The arm is chosen at export: no If but a max pool's NaN check, no gathers but in the max pool's NaN arm (whose
+    flagged maximum's Where gives -inf to windows of -inf alone).
     1d and 3d averages pool as 2d AveragePools (:func:`fxpool.tiling.average_pool_as_2d`)."""
     pool = getattr(nn, f"Adaptive{family}Pool{len(size)}d")(7)
     converted = fxpool.convert(pool, torch.randn(1, 3, *(10,) * len(size)), dynamic=True)
