@@ -39,6 +39,11 @@ class PoolCall:
             return "scale_factor"
         return str(self.output_size[0] if len(self.output_size) == 1 else self.output_size)
 
+    @property
+    def asks_for_ones(self) -> bool:
+        """Whether the model asks for output size 1 on every axis (a global pool at every input size)."""
+        return not self.dynamic_output_size and bool(self.output_size) and all(size == 1 for size in self.output_size or ())
+
 
 @dataclass(frozen=True)
 class _FunctionForm:

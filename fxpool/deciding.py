@@ -104,4 +104,5 @@ def _record(site: PoolSite, decision: PoolDecision) -> PoolRecord:
         kind=kind,
         export_branch=site.export_branch,
         calls=site.call_count,
+        global_output=call.asks_for_ones,
     )

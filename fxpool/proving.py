@@ -159,4 +159,5 @@ def _record_of(pool: NativePool, tracer: str) -> PoolRecord:
         ),
         export_translated=pool.family == "avg",
         family=pool.family,
+        global_output=spatial is not None and all(size == 1 for size in spatial),
     )

@@ -38,6 +38,7 @@ class PoolRecord:
     kind: str = ""  # what report.counts() counts: the first op of the replacement (PoolPlan.kind), or "dynamic"
     export_branch: bool = False  # a pool only the export branch runs (code asking torch.onnx.is_in_onnx_export())
     calls: int = 1  # how often the example run called this pool (a module called from two places: 2)
+    global_output: bool = False  # the model asks for output size 1 on every axis
 
     @property
     def exports_exactly(self) -> bool:
@@ -49,8 +50,7 @@ class PoolRecord:
         """Left to PyTorch, but an average pool on float input to output size 1 on every axis: every exporter
         lowers that exactly (TorchScript's as GlobalAveragePool, dynamo's as a mean, ``torch.export`` keeps
         the op), so it needs no replacement for the converted model to export on its own."""
-        sizes = [s.strip() for s in self.output_size.strip("()").split(",") if s.strip()]
-        return not self.converted and self.export_translated and bool(sizes) and all(s == "1" for s in sizes)
+        return not self.converted and self.export_translated and self.global_output
 
 
 @dataclass(frozen=True)

@@ -74,3 +74,23 @@ def test_every_max_spelling_goes_through_convert(spelling: str) -> None:
         torch.testing.assert_close(result(other), model(other), rtol=0, atol=0)
     except fxpool.SpatialSizeError:
         assert record.converted and not record.size_agnostic
+
+
+def test_a_global_pool_is_one_the_model_asks_for_output_size_one_on_every_axis() -> None:
+    from fxpool.calls import PoolCall
+
+    def call(output_size, dynamic: bool = False) -> PoolCall:
+        return PoolCall("avg", 2, "F.adaptive_avg_pool2d", "functional", output_size, dynamic_output_size=dynamic)
+
+    assert call((1, 1)).asks_for_ones and call((1,)).asks_for_ones
+    assert not call((None, 1)).asks_for_ones  # 1 only where the input's height is
+    assert not call((1, 2)).asks_for_ones and not call(None).asks_for_ones and not call((1, 1), dynamic=True).asks_for_ones
+
+
+def test_each_record_says_whether_the_model_asks_for_a_global_pool() -> None:
+    class TwoPools(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return F.adaptive_avg_pool2d(x, (1, 1)) + F.adaptive_avg_pool2d(x, (None, 1)).mean(2, keepdim=True)
+
+    report = fxpool.explain(TwoPools(), torch.randn(1, 2, 5, 5))
+    assert [r.global_output for r in report.records] == [True, False], report

@@ -173,11 +173,13 @@ def test_left_global_averages_stand_alone() -> None:
         "undone",
         export_translated=True,
         family="avg",
+        global_output=True,
     )
     report = ConversionReport((record,))
     assert record.global_average and report.stands_alone and "global averages" in report.summary()
     max_record = dataclasses.replace(record, export_translated=False, family="max")
     assert not ConversionReport((max_record,)).stands_alone
+    assert not ConversionReport((dataclasses.replace(record, global_output=False),)).stands_alone  # (None, 1) is not global
 
 
 class CallAndModule(nn.Module):
