@@ -14,31 +14,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from .modelspecs import spec_forms, spec_table
+
 JSON_SCHEMA_VERSION = 1  # raised when a key of the --json object changes meaning or goes away
 EXIT_OK, EXIT_MODEL_FAILED, EXIT_USAGE = 0, 1, 2
 DTYPE_NAMES = ("bfloat16", "float16", "float32", "float64")
-MODEL_HELP = (
-    "torchvision:NAME, timm:NAME, hf:ID_OR_FOLDER, package.module:callable, path/to/file.py:callable, FILE.pt2 "
-    "(a torch.export program) or FILE.pt (a whole pickled model: only with --trust-model-file)"
-)
-
-DESCRIPTION = """\
+MODEL_HELP = spec_forms(with_notes=True)
+DESCRIPTION = f"""\
 Exact, export-friendly replacements for adaptive pooling in PyTorch models.
 
 MODEL names the model, and says what may run to build it:
-  torchvision:NAME      torchvision's builder; random weights, or --weights DEFAULT
-  timm:NAME             timm's builder; random weights, or --pretrained from the
-                        local cache (nothing is downloaded)
-  hf:ID_OR_FOLDER       a transformers model from a local folder or the local cache:
-                        its config, and its weights with --pretrained (no remote code)
-  module:callable       your code, imported and called with no arguments (a module
-  path/to/file.py:callable  in the current folder is found too)
-  FILE.pt2              a program saved by torch.export.save (no --input-shape
-                        needed); its pickles are read by PyTorch's weights-only
-                        unpickler first, so no code of the file's runs
-  FILE.pt               read with torch.load(weights_only=True); a whole pickled
-                        model runs code from the file while it loads, so it is
-                        refused unless you pass --trust-model-file"""
+{spec_table()}"""
 
 EPILOG = """\
 exit status:

@@ -32,9 +32,9 @@ from torch import nn
 from torch.export import ExportedProgram
 
 from .errors import error_summary, require
+from .modelspecs import spec_forms
 
 TRUST_FLAG = "--trust-model-file"
-SPEC_FORMS = "torchvision:NAME, timm:NAME, hf:ID_OR_FOLDER, module:callable, path/to/file.py:callable, FILE.pt2 or FILE.pt"
 
 
 class ModelSpecError(ValueError):
@@ -78,7 +78,7 @@ def load_model(spec: str, *, weights: str | None = None, pretrained: bool = Fals
         return LoadedModel(load(spec, data, trust_file), "the file's")
     source, sep, name = spec.partition(":") if spec.startswith(("hf:", "timm:", "torchvision:")) else spec.rpartition(":")
     if not sep or not source or not name:
-        raise ModelSpecError(f"model spec {spec!r}: expected one of {SPEC_FORMS}")
+        raise ModelSpecError(f"model spec {spec!r}: expected one of {spec_forms()}")
     if source == "torchvision":
         _refuse_weights_for(spec, None, pretrained, "torchvision takes --weights DEFAULT (or a weights enum's name)")
         return _torchvision(spec, name, weights)
