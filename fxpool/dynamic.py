@@ -10,8 +10,8 @@ ONNX exporters and ``torch.jit.trace`` (the dynamo exporter's Slices written as 
 bounds add guards that named Dims refuse). Under the dynamo exporter an average pool's windows that tile are
 reshaped instead, behind an If (:mod:`fxpool.tiling`).
 
-Under ONNX export a maximum carries a NaN flag (:func:`~fxpool.forms.flagged_maximum`, which also gives -inf where a
-window holds -inf alone, as OpenVINO's ReduceMax does not), and no gathered block is ever
+Under ONNX export maxima carry what their flag needs from axis to axis (:class:`~fxpool.forms.FlaggedMaxima`: NaN
+where a window holds one, -inf where it holds -inf alone, as OpenVINO's ReduceMax does not), and no gathered block is ever
 empty, at any size: OpenVINO compiles an empty Gather at a static size into SIGFPE, and PyTorch's amax refuses one.
 Other tracers get ``torch.max(dim)``, last axis first, so a tie's gradient lands where PyTorch's kernel sends it.
 Eager and ``torch.compile`` run PyTorch's own kernel; :meth:`_DynamicPool.traced_form` runs the graph form in eager.
@@ -26,7 +26,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from .forms import LOW_PRECISION, append_zeros, flagged_maximum, keep_memory_format, needs_gradient, span_sum
+from .forms import (
+    LOW_PRECISION,
+    FlaggedMaxima,
+    append_zeros,
+    flagged_reduction,
+    flagged_window_maxima,
+    keep_memory_format,
+    needs_gradient,
+    span_sum,
+)
 from .onnxnodes import quotient, window_slices
 from .planning import DynamicKind
 from .replacements import native_pool_function, native_pool_module, normalized_output_size
@@ -158,20 +167,20 @@ def _first_maximum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.where((b > a) | torch.isnan(b), b, a)
 
 
-def window_maxima(y: torch.Tensor, dim: int, out_size: int, flag_nan: bool) -> torch.Tensor:
+def window_maxima(y: torch.Tensor, dim: int, out_size: int) -> torch.Tensor:
     """Each window's maximum along ``dim`` over ``ceil(L/o) + 1`` entries from its start (a shorter window repeats
-    its last, after the entries it copies, so ``torch.max`` finds the first). Under ONNX export (``flag_nan``) and
-    at a symbolic length (:func:`_symbolic`) one block. Otherwise the entries of the size traced but one (at most
-    :data:`MAX_SINGLES`) are gathered one per window and combined by Max, the rest make one block (for two
-    groups of windows in turn), never empty. A gradient takes ``torch.max`` and :func:`_first_maximum`."""
+    its last, after the entries it copies, so ``torch.max`` finds the first). At a symbolic length (:func:`_symbolic`)
+    one block; otherwise the entries of the size traced but one (at most :data:`MAX_SINGLES`) are gathered one per
+    window and combined by Max, the rest make one block (for two groups of windows in turn), never empty. A
+    gradient takes ``torch.max`` and :func:`_first_maximum`. ONNX export takes :func:`flagged_block_maxima`."""
     length = y.shape[dim]
-    grad = needs_gradient(y) and not flag_nan
+    grad = needs_gradient(y)
     if out_size == 1:
-        return _block_maximum(y.unsqueeze(dim), dim + 1, flag_nan, grad)  # one window, the whole axis
+        return _block_maximum(y.unsqueeze(dim), dim + 1, grad)  # one window, the whole axis
     starts, ends = runtime_window_bounds(length, out_size, y.device)
     span = _div(length + (out_size - 1), out_size) + 1
-    if flag_nan or _symbolic(length):
-        return _block_maximum(gather_windows(y, dim, _positions(starts, 0, span, y, ends)), dim + 1, flag_nan, grad)
+    if _symbolic(length):
+        return _block_maximum(gather_windows(y, dim, _positions(starts, 0, span, y, ends)), dim + 1, grad)
     singles = min(MAX_SINGLES, static_size(span) - 1)
     combine = _first_maximum if grad else torch.maximum
     result = y.index_select(dim, starts)  # each entry dies inside its Max
@@ -180,9 +189,22 @@ def window_maxima(y: torch.Tensor, dim: int, out_size: int, flag_nan: bool) -> t
     rest = _at_least_one(span - singles)  # traced, run at a smaller size: a repeat of the window's last entry
 
     def block_maxima(rows: slice) -> torch.Tensor:  # each group's block dies in its reduction
-        return _block_maximum(gather_windows(y, dim, _positions(starts[rows], singles, rest, y, ends[rows])), dim + 1, False, grad)
+        return _block_maximum(gather_windows(y, dim, _positions(starts[rows], singles, rest, y, ends[rows])), dim + 1, grad)
 
     return combine(result, _in_groups(out_size, rest, 2, dim, block_maxima))
+
+
+def flagged_block_maxima(entries: torch.Tensor | FlaggedMaxima, dim: int, out_size: int) -> FlaggedMaxima:
+    """Under ONNX export, each window's ``ceil(L/o) + 1`` entries from its start (a shorter window repeating its last)
+    as one block along ``dim``, reduced three ways for the flag (:func:`~fxpool.forms.flagged_reduction`); an earlier
+    axis's reductions are gathered and reduced part by part, and flagged once after the last axis."""
+    like = entries.maxima if isinstance(entries, FlaggedMaxima) else entries
+    if out_size == 1:  # one window, the whole axis
+        return flagged_reduction(entries, lambda t: t.unsqueeze(dim), dim + 1)
+    length = like.shape[dim]
+    starts, ends = runtime_window_bounds(length, out_size, like.device)
+    positions = _positions(starts, 0, _div(length + (out_size - 1), out_size) + 1, like, ends)
+    return flagged_reduction(entries, lambda t: gather_windows(t, dim, positions), dim + 1)
 
 
 def _positions(starts: torch.Tensor, offset: Any, count: Any, y: torch.Tensor, ends: Any = None) -> torch.Tensor:
@@ -191,27 +213,33 @@ def _positions(starts: torch.Tensor, offset: Any, count: Any, y: torch.Tensor, e
     return positions if ends is None else torch.minimum(positions, ends.unsqueeze(1) - 1)
 
 
-def _block_maximum(windows: torch.Tensor, dim: int, flag_nan: bool, grad: bool) -> torch.Tensor:
-    """The maximum over ``dim``: ``torch.max`` for a gradient (to the first maximum), ``amax`` for values, and
-    under ONNX export :func:`~fxpool.forms.flagged_maximum`."""
-    if flag_nan:
-        return flagged_maximum(windows, dim)
+def _block_maximum(windows: torch.Tensor, dim: int, grad: bool) -> torch.Tensor:
+    """The maximum over ``dim``: ``torch.max`` for a gradient (to the first maximum), ``amax`` for values."""
     return torch.max(windows, dim).values if grad else windows.amax(dim)
 
 
-def slice_reduce(y: torch.Tensor, dim: int, out_size: int, family: str, flag_nan: bool) -> torch.Tensor:
-    """Each window sliced from its runtime bounds along ``dim`` and reduced (its mean, or its maximum), the
-    results concatenated: one Slice and one ReduceMean/ReduceMax per window. Under ``torch.export`` (the dynamo
-    ONNX exporter) the Slices are ONNX's own (:func:`~fxpool.onnxnodes.window_slices`): PyTorch's slice to
-    symbolic bounds adds guards."""
-    starts, ends = runtime_window_bounds(y.shape[dim], out_size, y.device)
+def slice_reduce(y: torch.Tensor, dim: int, out_size: int, family: str) -> torch.Tensor:
+    """Each window sliced from its runtime bounds along ``dim`` (:func:`_sliced_windows`) and reduced (its mean, or
+    its maximum), the results concatenated: one Slice and one ReduceMean/ReduceMax per window. ONNX export's maxima
+    take :func:`flagged_slice_maxima`."""
+    windows = _sliced_windows(y, dim, *runtime_window_bounds(y.shape[dim], out_size, y.device))
+    return torch.stack([window.mean(dim) if family == "avg" else _block_maximum(window, dim, True) for window in windows], dim)
+
+
+def flagged_slice_maxima(y: torch.Tensor, dim: int, out_size: int) -> torch.Tensor:
+    """Under ONNX export, each window sliced from its runtime bounds along ``dim``, reduced and flagged window by window
+    (:func:`~fxpool.forms.flagged_window_maxima`)."""
+    windows = _sliced_windows(y, dim, *runtime_window_bounds(y.shape[dim], out_size, y.device))
+    return flagged_window_maxima(windows, dim, keepdim=False)
+
+
+def _sliced_windows(y: torch.Tensor, dim: int, starts: torch.Tensor, ends: torch.Tensor) -> list[torch.Tensor]:
+    """Every window ``[starts[i], ends[i])`` of ``y`` along ``dim``. Under ``torch.export`` (the dynamo ONNX exporter)
+    ONNX's own Slices (:func:`~fxpool.onnxnodes.window_slices`): PyTorch's slice to symbolic bounds adds guards."""
     if torch.compiler.is_exporting():
-        windows = window_slices(y, dim, starts, ends)
-    else:
-        before = (slice(None),) * dim
-        windows = [y[before + (slice(starts[i], ends[i]),)] for i in range(out_size)]
-    parts = [window.mean(dim) if family == "avg" else _block_maximum(window, dim, flag_nan, True) for window in windows]
-    return torch.stack(parts, dim)
+        return window_slices(y, dim, starts, ends)
+    before = (slice(None),) * dim
+    return [y[before + (slice(starts[i], ends[i]),)] for i in range(starts.shape[0])]
 
 
 def runs_natively(x: torch.Tensor) -> bool:
@@ -317,7 +345,7 @@ class DynamicAdaptiveAvgPool(_DynamicPool):
         dims, pooled = len(self.out_sizes), self._pooled()
         if self._slicing(onnx):
             for axis, size in pooled:
-                x = slice_reduce(x, x.dim() - dims + axis, size, "avg", False)
+                x = slice_reduce(x, x.dim() - dims + axis, size, "avg")
         elif pooled:
             lead, order = x.shape[:-dims], shrinking_first(pooled, x, dims)
             first, first_size = order[0]
@@ -344,13 +372,19 @@ class DynamicAdaptiveMaxPool(_DynamicPool):
             pooled.reverse()  # last axis first: the first maximum in row-major order takes a tie's gradient
         else:
             pooled = shrinking_first(pooled, x, dims)
+        if not pooled:
+            return x
         if self._slicing(onnx):
             for axis, size in pooled:
-                x = slice_reduce(x, x.dim() - dims + axis, size, "max", onnx)
-        elif pooled:
-            lead = x.shape[:-dims]
-            x = spatial_first(x, dims)
-            for axis, size in pooled:
-                x = window_maxima(x, axis, size, onnx)
-            x = spatial_back(x, lead, dims)
-        return x
+                dim = x.dim() - dims + axis
+                x = flagged_slice_maxima(x, dim, size) if onnx else slice_reduce(x, dim, size, "max")
+            return x
+        lead = x.shape[:-dims]
+        entries: torch.Tensor | FlaggedMaxima = spatial_first(x, dims)
+        for axis, size in pooled:  # spatial first: the pooled axes lead
+            if onnx:  # the flag's reductions carried from axis to axis, flagged once
+                entries = flagged_block_maxima(entries, axis, size)
+            else:
+                assert not isinstance(entries, FlaggedMaxima)  # a Proxy under torch.fx
+                entries = window_maxima(entries, axis, size)
+        return spatial_back(entries.value() if isinstance(entries, FlaggedMaxima) else entries, lead, dims)

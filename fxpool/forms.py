@@ -4,7 +4,8 @@ their windows."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -85,30 +86,61 @@ def window_maxima(x: torch.Tensor, dim: int, gathers: Sequence[torch.Tensor]) ->
     return nan_flagged(result, magnitudes)
 
 
-def window_block_maxima(x: torch.Tensor, dim: int, positions: torch.Tensor, out_size: int, span: int) -> torch.Tensor:
-    """Each window's :func:`flagged_maximum` along ``dim`` from one gather of its positions (long windows)."""
-    return flagged_maximum(x.index_select(dim, positions).unflatten(dim, (out_size, span)), dim + 1)
+def window_block_maxima(
+    x: torch.Tensor | FlaggedMaxima, dim: int, positions: torch.Tensor, out_size: int, span: int
+) -> FlaggedMaxima:
+    """Each window's :class:`FlaggedMaxima` along ``dim`` from one gather of its positions (long windows)."""
+    return flagged_reduction(x, lambda t: t.index_select(dim, positions).unflatten(dim, (out_size, span)), dim + 1)
 
 
 def window_slice_maxima(x: torch.Tensor, dim: int, bounds: Sequence[tuple[int, int]]) -> torch.Tensor:
-    """Each window sliced out and reduced by :func:`flagged_maximum`, the maxima concatenated."""
-    return torch.cat([flagged_maximum(x.narrow(dim, start, end - start), dim, keepdim=True) for start, end in bounds], dim)
+    """Each window sliced out, reduced and flagged (:func:`flagged_window_maxima`), concatenated along ``dim``."""
+    return flagged_window_maxima([x.narrow(dim, start, end - start) for start, end in bounds], dim, keepdim=True)
 
 
-def flagged_maximum(windows: torch.Tensor, dim: int, keepdim: bool = False) -> torch.Tensor:
-    """The maximum over ``dim`` (one ReduceMax), NaN where the window holds one (:func:`nan_flagged`) and -inf where
-    it holds -inf alone: OpenVINO's ReduceMax starts from the lowest finite float and gives it there.
+def flagged_window_maxima(windows: Sequence[torch.Tensor], dim: int, keepdim: bool) -> torch.Tensor:
+    """Each window's maximum over ``dim``, flagged (:meth:`FlaggedMaxima.value`) window by window, joined along
+    ``dim``: concatenated where the reductions keep their axis, else stacked. Few long windows run fastest so in
+    onnxruntime: flagged at once after a Concat of each reduction, or carried to the next axis (three Slices per
+    window there), 64x64->6x6 took 1.3-1.4x as long. Which join is faster depends on the layout: in spatial-first
+    planes (the static form) keeping the axis (stacking took 2-3x as long), in NCHW (``dynamic=True``'s) stacking
+    (1.3x)."""
+    maxima = [flagged_reduction(window, lambda t: t, dim, keepdim).value() for window in windows]
+    return torch.cat(maxima, dim) if keepdim else torch.stack(maxima, dim)
 
-    Every entry is lifted by ``LeakyRelu(alpha=-0.5)``, one op as Abs is: at least 0, -inf to +inf, the lowest float
-    to half the highest. The lifted sum is NaN exactly where the window holds NaN (the flag), and where the maximum
-    is the lowest float, the window held -inf alone exactly where its lifted minimum is above half the highest
-    (OpenVINO's ReduceMin gives the highest float for +inf alone). One ReduceMin more than the flag alone:
-    1.3-1.6x the time of the uneven max graphs in onnxruntime (whose ReduceMax was exact there)."""
-    maxima = windows.amax(dim, keepdim=keepdim)
+
+@dataclass(frozen=True)
+class FlaggedMaxima:
+    """Windows' maxima under ONNX export with what their flag needs, carried from axis to axis and flagged once
+    (:meth:`value`): each window's ReduceMax, and the sum and the minimum of its entries lifted by
+    ``LeakyRelu(alpha=-0.5)`` (at least 0; -inf to +inf, the lowest float to half the highest). A later axis reduces
+    each part as its own: the maximum of maxima, the sum of sums, the minimum of minima."""
+
+    maxima: torch.Tensor
+    lifted_sums: torch.Tensor
+    lifted_minima: torch.Tensor
+
+    def value(self) -> torch.Tensor:
+        """The maxima, NaN where a window held NaN (the lifted sum is NaN exactly there: :func:`nan_flagged`) and
+        -inf where it held -inf alone: there OpenVINO's ReduceMax gives the lowest float (it starts from it) and the
+        lifted minimum is above half the highest (OpenVINO's ReduceMin gives the highest float for +inf alone), while
+        a window holding the lowest float itself, a common mask value, has half the highest."""
+        lowest = torch.finfo(self.maxima.dtype).min
+        alone = (self.maxima == lowest) & (self.lifted_minima > -lowest / 2)
+        return nan_flagged(torch.where(alone, float("-inf"), self.maxima), self.lifted_sums)
+
+
+def flagged_reduction(
+    entries: torch.Tensor | FlaggedMaxima, take: Callable[[torch.Tensor], torch.Tensor], dim: int, keepdim: bool = False
+) -> FlaggedMaxima:
+    """The windows ``take`` cuts out of ``entries``, reduced over ``dim``: entries are lifted (one LeakyRelu) and
+    reduced three ways; an earlier axis's :class:`FlaggedMaxima` part by part, with no lift."""
+    if isinstance(entries, FlaggedMaxima):
+        maxima, sums, minima = (take(part) for part in (entries.maxima, entries.lifted_sums, entries.lifted_minima))
+        return FlaggedMaxima(maxima.amax(dim, keepdim=keepdim), sums.sum(dim, keepdim=keepdim), minima.amin(dim, keepdim=keepdim))
+    windows = take(entries)
     lifted = F.leaky_relu(windows, -0.5)
-    lowest = torch.finfo(windows.dtype).min
-    alone = (maxima == lowest) & (lifted.amin(dim, keepdim=keepdim) > -lowest / 2)
-    return nan_flagged(torch.where(alone, float("-inf"), maxima), lifted.sum(dim, keepdim=keepdim))
+    return FlaggedMaxima(windows.amax(dim, keepdim=keepdim), lifted.sum(dim, keepdim=keepdim), lifted.amin(dim, keepdim=keepdim))
 
 
 def nan_flagged(maxima: torch.Tensor, magnitudes: torch.Tensor) -> torch.Tensor:
@@ -349,12 +381,16 @@ def run_onnx_steps(module: Any, x: torch.Tensor) -> torch.Tensor:
     spatial_first = False
     # The TorchScript exporter computes a Pad's pads in a dozen int64 ops: there each axis gets its zero by a Concat.
     zero_by_concat: set[int] = set()
+    flagged: FlaggedMaxima | None = None  # reduced maxima carried from axis to axis, flagged before any other step
     for index, step in enumerate(module.plan.onnx_steps):
         first_spatial = 0 if spatial_first else x.dim() - dims  # where the spatial axes lie now
         if isinstance(step, WindowReduceStep) and step.family == "max" and step.span > WINDOW_MAXIMA_MAX_GATHERS:
             indices = getattr(module, f"indices_onnx_{index}")
-            x = window_block_maxima(x, first_spatial + step.axis, indices, step.out_size, step.span)
-        elif isinstance(step, WindowSlicesStep):  # the max family's few long windows
+            flagged = window_block_maxima(flagged or x, first_spatial + step.axis, indices, step.out_size, step.span)
+            continue
+        if flagged is not None:
+            x, flagged = flagged.value(), None
+        if isinstance(step, WindowSlicesStep):  # the max family's few long windows, flagged axis by axis
             x = window_slice_maxima(x, first_spatial + step.axis, window_bounds(step.in_size, step.out_size))
         elif isinstance(step, WindowReduceStep) and step.family == "max":
             gathers = [getattr(module, f"indices_onnx_{index}_{j}") for j in range(step.span)]
@@ -382,4 +418,6 @@ def run_onnx_steps(module: Any, x: torch.Tensor) -> torch.Tensor:
             x = _upsample(x, step, module.batched)
         else:
             raise AssertionError(f"no ONNX form for step {step!r}")
+    if flagged is not None:
+        x = flagged.value()
     return keep_memory_format(source, x.to(dtype) if upcast else x, dims)

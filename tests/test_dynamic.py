@@ -125,11 +125,11 @@ def test_the_max_graph_form_exhaustive_small_2d() -> None:
 
 
 def test_the_onnx_max_graph_is_one_flagged_block_per_axis_never_empty(tmp_path) -> None:
-    """10 -> 7 per axis: every window's ``ceil(L/7) + 1`` entries from its start gathered as one block, reduced, and
-    flagged: one LeakyRelu per axis, the flag reaching the maximum through Max as its second operand (OpenVINO's Max
-    keeps NaN only from that one), not IsNaN; a Where per axis only for windows of -inf alone (OpenVINO's ReduceMax
-    gives the lowest float there). No gathered block is empty at any size (OpenVINO compiles an empty Gather at a
-    static size into SIGFPE)."""
+    """10 -> 7 per axis: every window's ``ceil(L/7) + 1`` entries from its start gathered as one block (on the second
+    axis, a block of each of the first axis's three reductions) and reduced; flagged once: the flag reaching the
+    maximum through Max as its second operand (OpenVINO's Max keeps NaN only from that one), not IsNaN; a Where only
+    for windows of -inf alone (OpenVINO's ReduceMax gives the lowest float there). No gathered block is empty at any
+    size (OpenVINO compiles an empty Gather at a static size into SIGFPE)."""
     onnx = pytest.importorskip("onnx")
     onnxruntime = pytest.importorskip("onnxruntime")
     path = str(tmp_path / "max.onnx")
@@ -142,13 +142,15 @@ def test_the_onnx_max_graph_is_one_flagged_block_per_axis_never_empty(tmp_path) 
     model = onnx.load(path)
     nodes = model.graph.node
     ops = [node.op_type for node in nodes]
-    counts = [ops.count(op) for op in ("LeakyRelu", "ReduceMax", "ReduceMin", "Max", "Where", "IsNaN", "Abs")]
-    assert counts == [2, 2, 2, 2, 2, 0, 0], counts  # per axis: one lift, its ReduceMin, one Where for -inf alone
+    counts = [ops.count(op) for op in ("LeakyRelu", "ReduceMax", "ReduceSum", "ReduceMin", "Max", "Where", "IsNaN", "Abs")]
+    # one lift of the entries; per axis the block's ReduceMax, and its lifted ReduceSum and ReduceMin (of the first
+    # axis's sums and minima on the second); the flag and the -inf of windows of -inf alone once, at the end
+    assert counts == [1, 2, 2, 2, 1, 1, 0, 0], counts
     subtracted = {node.output[0] for node in nodes if node.op_type == "Sub"}
     assert all(node.input[1] in subtracted for node in nodes if node.op_type == "Max")
     floats = {v.name for v in onnx.shape_inference.infer_shapes(model).graph.value_info if v.type.tensor_type.elem_type == 1}
     gathered = [node.output[0] for node in nodes if node.op_type == "Gather" and node.output[0] in floats]
-    assert len(gathered) == 2
+    assert len(gathered) == 4  # the entries on the first axis; the maxima, sums and minima on the second
     model.graph.output.extend(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None) for name in gathered)
     session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     for size in (10, 13, 4, 7, 20):
