@@ -102,7 +102,7 @@ def flagged_window_maxima(windows: Sequence[torch.Tensor], dim: int, keepdim: bo
     """Each window's maximum over ``dim``, flagged (:meth:`FlaggedMaxima.value`) window by window, joined along
     ``dim``: concatenated where the reductions keep their axis, else stacked. Few long windows run fastest so in
     onnxruntime: flagged at once after a Concat of each reduction, or carried to the next axis (three Slices per
-    window there), 64x64->6x6 took 1.3-1.4x as long. Which join is faster depends on the layout: in spatial-first
+    window there), 64x64->6x6 took 1.4-1.6x as long. Which join is faster depends on the layout: in spatial-first
     planes (the static form) keeping the axis (stacking took 2-3x as long), in NCHW (``dynamic=True``'s) stacking
     (1.3x)."""
     maxima = [flagged_reduction(window, lambda t: t, dim, keepdim).value() for window in windows]
