@@ -12,7 +12,6 @@ which keeps the gather + MaxPool form (ties included).
 from __future__ import annotations
 
 import itertools
-import warnings
 
 import numpy as np
 import pytest
@@ -297,11 +296,11 @@ def test_the_onnx_form_rebuilds_its_indices_after_a_dtype_change() -> None:
 # --- onnxruntime ---
 
 
-def _onnxruntime(module: torch.nn.Module, x: torch.Tensor, path, dynamo: bool = False) -> np.ndarray:
+def _onnxruntime(module: torch.nn.Module, x: torch.Tensor, path, dynamo: bool = False, dynamic: bool = False) -> np.ndarray:
     import onnxruntime
 
     # the self-check compares with allclose: a finite example (±inf as ±float max would overflow window sums)
-    converted = fxpool.convert(module, x.nan_to_num(nan=0.0, posinf=1.0, neginf=-1.0))
+    converted = fxpool.convert(module, x.nan_to_num(nan=0.0, posinf=1.0, neginf=-1.0), dynamic=dynamic)
     torch.onnx.export(converted, (x,), path, dynamo=dynamo)
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     return session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
@@ -313,17 +312,11 @@ def test_max_windows_of_minus_inf_alone_give_minus_inf_in_onnxruntime(dynamic: b
     """Windows of -inf alone, of the lowest float alone and of both (masks): -inf, the lowest float, the lowest
     float, as PyTorch gives, from every max form (elementwise Max, a flagged ReduceMax per window or per block).
     OpenVINO's side of it is tests/test_crosscheck.py."""
-    onnxruntime = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime")
     for in_sizes, out_sizes in [((10, 10), (7, 7)), ((64, 64), (6, 6)), ((2000,), (19,)), ((9, 10, 11), (4, 3, 7))]:
         pool = getattr(torch.nn, f"AdaptiveMaxPool{len(in_sizes)}d")(out_sizes)
         x = with_masked_windows((2, 4, *in_sizes), seed=len(in_sizes))
-        converted = fxpool.convert(pool, torch.randn(x.shape), dynamic=dynamic)
-        path = tmp_path / "masked.onnx"
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(converted, (x,), path, dynamo=dynamo)
-        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        ours = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
+        ours = _onnxruntime(pool, x, tmp_path / "masked.onnx", dynamo, dynamic)
         assert_max_equal(ours, pool(x), (in_sizes, out_sizes, dynamic))
 
 
