@@ -11,7 +11,8 @@ bounds add guards that named Dims refuse). Under the dynamo exporter an average 
 reshaped instead, behind an If (:mod:`fxpool.tiling`).
 
 Under ONNX export maxima carry what their flag needs from axis to axis (:class:`~fxpool.forms.FlaggedMaxima`: NaN
-where a window holds one, -inf where it holds -inf alone, as OpenVINO's ReduceMax does not), and no gathered block is ever
+where a window holds one, -inf where it holds -inf alone, as OpenVINO's ReduceMax does not); under the dynamo exporter
+only where the input is not finite, an If asks (:mod:`fxpool.tiling`). No gathered block is ever
 empty, at any size: OpenVINO compiles an empty Gather at a static size into SIGFPE, and PyTorch's amax refuses one.
 Other tracers get ``torch.max(dim)``, last axis first, so a tie's gradient lands where PyTorch's kernel sends it.
 Eager and ``torch.compile`` run PyTorch's own kernel; :meth:`_DynamicPool.traced_form` runs the graph form in eager.
@@ -218,12 +219,13 @@ def _block_maximum(windows: torch.Tensor, dim: int, grad: bool) -> torch.Tensor:
     return torch.max(windows, dim).values if grad else windows.amax(dim)
 
 
-def slice_reduce(y: torch.Tensor, dim: int, out_size: int, family: str) -> torch.Tensor:
+def slice_reduce(y: torch.Tensor, dim: int, out_size: int, family: str, grad: bool = True) -> torch.Tensor:
     """Each window sliced from its runtime bounds along ``dim`` (:func:`_sliced_windows`) and reduced (its mean, or
-    its maximum), the results concatenated: one Slice and one ReduceMean/ReduceMax per window. ONNX export's maxima
-    take :func:`flagged_slice_maxima`."""
+    its maximum: ``torch.max`` where ``grad``, for a tie's gradient), the results concatenated: one Slice and one
+    ReduceMean/ReduceMax per window. ONNX export's maxima of entries that may not be finite take
+    :func:`flagged_slice_maxima`."""
     windows = _sliced_windows(y, dim, *runtime_window_bounds(y.shape[dim], out_size, y.device))
-    return torch.stack([window.mean(dim) if family == "avg" else _block_maximum(window, dim, True) for window in windows], dim)
+    return torch.stack([window.mean(dim) if family == "avg" else _block_maximum(window, dim, grad) for window in windows], dim)
 
 
 def flagged_slice_maxima(y: torch.Tensor, dim: int, out_size: int) -> torch.Tensor:
@@ -313,13 +315,15 @@ class _DynamicPool(nn.Module):
         if upcast:
             x = x.to(torch.promote_types(dtype, torch.float32))  # rounded once, as PyTorch does
         # dynamo traces the branches: they get ``onnx`` (it answers False for is_in_onnx_export)
-        x = pooled_where_windows_tile(x, self.out_sizes, self.family, lambda y: self._windows(y, onnx))
+        x = pooled_where_windows_tile(x, self.out_sizes, self.family, lambda y, finite: self._windows(y, onnx, finite))
         return keep_memory_format(source, x.to(dtype) if upcast else x, len(self.out_sizes))
 
     def _pooled(self) -> list[tuple[int, int]]:
         return [(axis, size) for axis, size in enumerate(self.out_sizes) if size is not None]
 
-    def _windows(self, x: torch.Tensor, onnx: bool) -> torch.Tensor:
+    def _windows(self, x: torch.Tensor, onnx: bool, finite: bool = False) -> torch.Tensor:
+        """The pool of ``x`` by the module's form; ``finite`` where an If has found every entry finite, so that ONNX
+        maxima need no flag."""
         raise NotImplementedError
 
     def _slicing(self, onnx: bool) -> bool:
@@ -341,7 +345,7 @@ class DynamicAdaptiveAvgPool(_DynamicPool):
 
     family = "avg"
 
-    def _windows(self, x: torch.Tensor, onnx: bool) -> torch.Tensor:
+    def _windows(self, x: torch.Tensor, onnx: bool, finite: bool = False) -> torch.Tensor:
         dims, pooled = len(self.out_sizes), self._pooled()
         if self._slicing(onnx):
             for axis, size in pooled:
@@ -366,8 +370,9 @@ class DynamicAdaptiveMaxPool(_DynamicPool):
 
     family = "max"
 
-    def _windows(self, x: torch.Tensor, onnx: bool) -> torch.Tensor:
+    def _windows(self, x: torch.Tensor, onnx: bool, finite: bool = False) -> torch.Tensor:
         dims, pooled = len(self.out_sizes), self._pooled()
+        flagged = onnx and not finite  # ONNX's ReduceMax skips NaN (onnxruntime) or starts from the lowest float (OpenVINO)
         if needs_gradient(x) and not onnx:
             pooled.reverse()  # last axis first: the first maximum in row-major order takes a tie's gradient
         else:
@@ -377,12 +382,12 @@ class DynamicAdaptiveMaxPool(_DynamicPool):
         if self._slicing(onnx):
             for axis, size in pooled:
                 dim = x.dim() - dims + axis
-                x = flagged_slice_maxima(x, dim, size) if onnx else slice_reduce(x, dim, size, "max")
+                x = flagged_slice_maxima(x, dim, size) if flagged else slice_reduce(x, dim, size, "max", not onnx)
             return x
         lead = x.shape[:-dims]
         entries: torch.Tensor | FlaggedMaxima = spatial_first(x, dims)
         for axis, size in pooled:  # spatial first: the pooled axes lead
-            if onnx:  # the flag's reductions carried from axis to axis, flagged once
+            if flagged:  # the flag's reductions carried from axis to axis, flagged once
                 entries = flagged_block_maxima(entries, axis, size)
             else:
                 assert not isinstance(entries, FlaggedMaxima)  # a Proxy under torch.fx
