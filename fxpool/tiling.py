@@ -17,12 +17,13 @@ dynamo ONNX exporter :func:`pooled_where_windows_tile` asks at run time and ``to
 
 The Ifs cost export time (dynamo traces a nested If again at every level: a lone 2d average pool took 6-9 s to
 export, 3.5 s with one native arm), which bounds the native candidates; the gathers, most of what is traced, sit
-once in the outermost If. The pools and Reshapes are written as ONNX itself (torch.onnx's symbolic op), so ``torch.export``
-never reshapes or pools a tensor by symbolic sizes, which adds guards (``L mod o`` is 0, ``L // o`` is not 1) that
-named Dims refuse. The conditions are a handful of nodes on an ONNX Shape, made before the Ifs; inside them
-constants are arithmetic on that Shape, since what the exporter folds inside an If it leaves behind as unused
-initializers, which onnxruntime warns of. Nothing else branches: the TorchScript exporter writes If only from
-scripted code, and ``torch.export`` programs for PyTorch runtimes keep one graph for every size."""
+once in the outermost If (a max pool's twice, flagged and not: 10-25% more export time). The pools and Reshapes are
+written as ONNX itself (torch.onnx's symbolic op), so ``torch.export`` never reshapes or pools a tensor by symbolic
+sizes, which adds guards (``L mod o`` is 0, ``L // o`` is not 1) that named Dims refuse. The conditions are a
+handful of nodes on an ONNX Shape, made before the Ifs; inside them constants are arithmetic on that Shape, since
+what the exporter folds inside an If it leaves behind as unused initializers, which onnxruntime warns of. Nothing
+else branches: the TorchScript exporter writes If only from scripted code, and ``torch.export`` programs for PyTorch
+runtimes keep one graph for every size."""
 
 from __future__ import annotations
 
@@ -66,7 +67,8 @@ def pooled_where_windows_tile(x: torch.Tensor, out_sizes: Sequence[int | None], 
     def gathered(y: torch.Tensor, *_: torch.Tensor) -> torch.Tensor:
         return windows(y, False)
 
-    # The gathers once, in the outermost If's else branch: the other arms nest inside its then branch. A max pool
+    # The gathers once, in the outermost If's else branch: the other arms nest inside its then branch (a max pool's
+    # unflagged gathers too, traced a second time). A max pool
     # asks whether its input is finite first (but at the identity, code 2: stride and kernel 1, which reads no entry);
     # finite entries take the native arm or windows reduced without the flag, the others the flagged windows.
     if family == "max":
