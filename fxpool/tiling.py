@@ -68,9 +68,9 @@ def pooled_where_windows_tile(x: torch.Tensor, out_sizes: Sequence[int | None], 
         return windows(y, False)
 
     # The gathers once, in the outermost If's else branch: the other arms nest inside its then branch (a max pool's
-    # unflagged gathers too, traced a second time). A max pool
-    # asks whether its input is finite first (but at the identity, code 2: stride and kernel 1, which reads no entry);
-    # finite entries take the native arm or windows reduced without the flag, the others the flagged windows.
+    # unflagged gathers too, traced a second time). A max pool asks whether its input is finite first (but at the
+    # identity, code 2: stride and kernel 1, which reads no entry); finite entries take the native arm or windows
+    # reduced without the flag, the others the flagged windows.
     if family == "max":
         identity = uniform & (key == 2)
         finite = torch.cond(identity, lambda y, identity: identity.clone(), _finite, (x, identity))
@@ -103,16 +103,19 @@ def _at_static_sizes(x: torch.Tensor, out_sizes: Sequence[int | None], family: s
     dims = len(out_sizes)
     axes = [(x.shape[x.dim() - dims + axis], size) for axis, size in enumerate(out_sizes) if size is not None]
     pools = {uniform_stride(length, size) for length, size in axes}
-    uniform = next(iter(pools)) if len(pools) == 1 else None
-    if x.dim() == dims + 2 and uniform is not None:
-        kernel, stride = uniform
-        if family == "avg" or kernel == stride == 1:
-            return native_pool(x, out_sizes, family, stride, kernel - stride)
-        return torch.cond(
-            _finite(x), lambda y: native_pool(y, out_sizes, family, stride, kernel - stride), lambda y: windows(y, False), (x,)
-        )
+    pool = next(iter(pools)) if len(pools) == 1 and x.dim() == dims + 2 else None  # (kernel, stride) of a native pool
+    if pool is not None and (family == "avg" or pool == (1, 1)):
+        kernel, stride = pool
+        return native_pool(x, out_sizes, family, stride, kernel - stride)
     if family == "max":
-        return torch.cond(_finite(x), lambda y: windows(y, True), lambda y: windows(y, False), (x,))
+
+        def finite_arm(y: torch.Tensor) -> torch.Tensor:
+            if pool is None:
+                return windows(y, True)
+            kernel, stride = pool
+            return native_pool(y, out_sizes, family, stride, kernel - stride)
+
+        return torch.cond(_finite(x), finite_arm, lambda y: windows(y, False), (x,))
     if not all(reshapes_into_blocks(length, size) for length, size in axes):
         return windows(x, False)
     shape = onnx_shape(x)
