@@ -60,36 +60,31 @@ def export_dynamic(converted: nn.Module, x: torch.Tensor, path: str, shapes: obj
         torch.onnx.export(converted, (x,), path, dynamo=True, dynamic_shapes=shapes, input_names=["x"])
 
 
+def every_graph(path: str) -> list:
+    """The model's graph and every If branch inside it, nested ones included (the main graph first)."""
+    import onnx
+
+    graphs = [onnx.load(path).graph]
+    for graph in graphs:  # grows as branches are found
+        graphs += [a.g for node in graph.node for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
+    return graphs
+
+
 def graph_ops(path: str) -> set[str]:
     """The graph's op types (subgraphs included), after checking that every initializer is used: the exporter
     drops a no-op Slice inside an If but keeps its bounds, and onnxruntime warns of each one left."""
-    import onnx
-
     from fxpool.verifying import op_histogram
 
-    model, used = onnx.load(path), set()
-    graphs = [model.graph]
-    while graphs:
-        graph = graphs.pop()
-        for node in graph.node:
-            used.update(node.input)
-            graphs += [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
-    assert not {i.name for i in model.graph.initializer} - used
+    graphs = every_graph(path)
+    used = {name for graph in graphs for node in graph.node for name in node.input}
+    assert not {i.name for i in graphs[0].initializer} - used
     return set(op_histogram(path))
 
 
 def pool_ranks(path: str) -> set[int]:
     """How many axes the graph's AveragePools and MaxPools pool (subgraphs included)."""
-    import onnx
-
-    graphs, ranks = [onnx.load(path).graph], set()
-    while graphs:
-        graph = graphs.pop()
-        for node in graph.node:
-            graphs += [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
-            if node.op_type in ("AveragePool", "MaxPool"):
-                ranks |= {len(a.ints) for a in node.attribute if a.name == "kernel_shape"}
-    return ranks
+    nodes = [node for graph in every_graph(path) for node in graph.node if node.op_type in ("AveragePool", "MaxPool")]
+    return {len(a.ints) for node in nodes for a in node.attribute if a.name == "kernel_shape"}
 
 
 @pytest.mark.parametrize("family", ["Avg", "Max"])
@@ -172,16 +167,7 @@ def test_a_static_export_of_a_dynamic_conversion_at_a_tiling_size_takes_its_arm_
 
 def branch_ops(path: str) -> list[set[str]]:
     """Each If branch's op types, its own nodes only (not its nested branches')."""
-    import onnx
-
-    graphs, branches = [onnx.load(path).graph], []
-    while graphs:
-        graph = graphs.pop()
-        for node in graph.node:
-            subgraphs = [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
-            branches += [{n.op_type for n in g.node} for g in subgraphs]
-            graphs += subgraphs
-    return branches
+    return [{node.op_type for node in graph.node} for graph in every_graph(path)[1:]]
 
 
 @pytest.mark.parametrize("dynamic", [True, False], ids=["dynamic sizes", "static size"])
