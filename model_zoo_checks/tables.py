@@ -295,7 +295,7 @@ def bench_chunks(results: dict[str, Any]) -> dict[str, list[str]]:
         ) + [""]
     if results.get("dynamic"):
         lines = chunks["dynamic"] = ["## One dynamic=True graph at three sizes", ""]
-        for threads, extra in ((1, ("ms", "peak / in+out")), (2, ())):
+        for threads, extra in ((1, ("ms", "peak / in+out: eager · onnxruntime (TorchScript's · dynamo's)")), (2, ())):
             lines += [f"**The TorchScript exporter's graph, {threads} thread{'s' if threads > 1 else ''}**", ""]
             lines += _table(
                 ("case", "size", "/ static", "/ OpenVINO dynamic", *extra),
@@ -305,7 +305,7 @@ def bench_chunks(results: dict[str, Any]) -> dict[str, list[str]]:
                         r["size"],
                         _over(r, f"t{threads}_dynamic", f"t{threads}_static"),
                         _over(r, f"t{threads}_dynamic", f"t{threads}_openvino_dynamic"),
-                        *((_fmt(r[f"t{threads}_dynamic"] * 1e3, ".3f"), _fmt(r.get("peak_over_in_out"))) if extra else ()),
+                        *((_fmt(r[f"t{threads}_dynamic"] * 1e3, ".3f"), _peaks(r)) if extra else ()),
                     )
                     for r in results["dynamic"]
                 ],
@@ -570,7 +570,7 @@ def dynamic_caption(results: dict[str, Any]) -> str:
         return ""
     static = [r["t1_dynamic"] / r["t1_static"] for r in rows]
     openvino = [r["t1_dynamic"] / r["t1_openvino_dynamic"] for r in rows if r.get("t1_openvino_dynamic")]
-    peaks = [r["peak_over_in_out"] for r in rows if r.get("peak_over_in_out")]
+    peaks = {key: [r[key] for r in rows if r.get(key)] for key in PEAK_KEYS}
     slower = [r for r, ratio in zip(rows, static) if ratio > 1.5]
     tiling = [r for r in slower if "output" in r and all(map(_tiles, map(int, r["size"].split("x")), r["output"]))]
     lines = [
@@ -586,9 +586,31 @@ def dynamic_caption(results: dict[str, Any]) -> str:
             else "."
         ),
         _dynamo_line(rows),
-        f"Peak memory: {_range(peaks)} input plus output." if peaks else "",
+        _peak_line(peaks),
     ]
     return _lines([line for line in lines if line])
+
+
+PEAK_KEYS = ("peak_over_in_out", "ort_peak_over_in_out", "ort_dynamo_peak_over_in_out")  # eager, then each graph in onnxruntime
+
+
+def _peaks(row: dict[str, Any]) -> str:
+    """A dynamic row's peaks over input plus output: eager · onnxruntime (TorchScript's · dynamo's graph)."""
+    eager, *runtime = (_fmt(row.get(key)) for key in PEAK_KEYS)
+    return f"{eager} · {' · '.join(runtime)}"
+
+
+def _peak_line(peaks: dict[str, list[float]]) -> str:
+    """The peaks' ranges over input plus output, and how many are at most 2: the graph form in eager, each
+    exporter's graph in onnxruntime."""
+    eager, torchscript, dynamo = (peaks[key] for key in PEAK_KEYS)
+    if not eager:
+        return ""
+    parts = [f"{_range(eager)} in eager ({sum(p <= 2 for p in eager)} of {len(eager)} at most 2)"]
+    for name, values in (("TorchScript's", torchscript), ("dynamo's", dynamo)):
+        if values:
+            parts.append(f"{_range(values)} for {name} graph in onnxruntime ({sum(p <= 2 for p in values)} at most 2)")
+    return "Peak memory over input plus output: " + "; ".join(parts) + "."
 
 
 def _dynamo_line(rows: list[dict[str, Any]]) -> str:

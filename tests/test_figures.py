@@ -64,7 +64,8 @@ def test_the_pools_figure_draws_what_the_report_has_and_no_more(tmp_path: Path) 
 def test_the_dynamic_figure_and_its_caption_count_the_goals_from_the_rows(tmp_path: Path) -> None:
     def row(size: str, over_static: float, over_openvino: float) -> dict:
         times = {"t1_dynamic": 1e-3, "t1_static": 1e-3 / over_static, "t1_openvino_dynamic": 1e-3 / over_openvino}
-        return {"case": "14→7", "size": size, "output": [7, 7], "peak_over_in_out": 2.5, **times}
+        peaks = {"peak_over_in_out": 2.5, "ort_peak_over_in_out": 1.5 * over_static, "ort_dynamo_peak_over_in_out": 3.0}
+        return {"case": "14→7", "size": size, "output": [7, 7], **peaks, **times}
 
     rows = [row("19x19", 1.2, 0.5), row("14x14", 6.0, 1.25), row("10x10", 1.6, 0.4)]  # 14 tiles by 7, 10 does not
     results = {"torch": "2.9", "threads": 2, "date": "2026-12-07", "dynamic": rows}
@@ -75,7 +76,8 @@ def test_the_dynamic_figure_and_its_caption_count_the_goals_from_the_rows(tmp_pa
     caption = tables.dynamic_caption(results)
     assert "at most 1.0 in 2 of 3" in caption and "at most 1.5 in 1 of 3" in caption
     assert "1 of the other 2 are sizes whose windows tile every axis" in caption
-    assert "Peak memory: 2.5x" in caption
+    assert "Peak memory over input plus output: 2.5x in eager (0 of 3 at most 2); 1.8–9.0x for TorchScript's graph in " in caption
+    assert "onnxruntime (1 at most 2); 3.0x for dynamo's graph in onnxruntime (0 at most 2)." in caption
 
 
 def test_nothing_to_draw_draws_nothing(tmp_path: Path) -> None:
