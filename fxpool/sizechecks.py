@@ -90,6 +90,16 @@ def static_size(size: object) -> Any:
     return size
 
 
+def traced_size(size: object) -> int | None:
+    """A size's value at the size traced, where the graph may keep it symbolic: a SymInt's example value (read
+    without a guard), a 0-d tensor's value under torch.jit.trace; None where unknown (a torch.fx Proxy)."""
+    if isinstance(size, torch.SymInt):
+        hint = size.node.hint
+        return None if hint is None else int(hint)
+    size = static_size(size)
+    return size if isinstance(size, int) else None
+
+
 _SCRIPTED_CHECK: list[Any] = []
 
 
