@@ -118,8 +118,8 @@ def window_sums(
     with a zero appended (one Pad, unless ``zero_appended`` says :func:`spatial_first` appended it), reading the zero
     past the window's end: one Gather and one ReduceSum, as the static form; a block of :data:`GROUPED_BLOCK_BYTES`
     or more at the size traced is read for two groups of windows in turn. In onnxruntime at one thread that held
-    0.70-0.87x the memory in the TorchScript exporter's graphs (10->7 over 8x512, 13->6 over 2048 channels) and
-    0.67-0.89x in the dynamo exporter's (33->6, 1d 1000->101, 14->7 at 19x19), for 0.85-1.07x the time; smaller
+    0.68-0.91x the memory in the TorchScript exporter's graphs (10->7 over 8x512, 13->6 over 2048 channels) and
+    0.67-0.88x in the dynamo exporter's (those, 33->6, 1d 1000->101, 14->7), for 0.85-1.07x the time; smaller
     blocks ran up to 1.37x slower in halves.
     Longer ones sum their first ``max(L // o, 1)`` entries unmasked (:func:`_in_groups`), and the at most two past
     them are gathered one per window and masked to zero by Where past the window's end (less memory)."""
@@ -135,8 +135,8 @@ def window_sums(
 
         def block_sums(rows: slice) -> torch.Tensor:  # each group's block dies in its sum
             # not padded[:], a Slice the dynamo exporter drops inside an If, leaving its bounds behind
-            positions = padded if rows == slice(None) else padded[rows]
-            return span_sum(gather_windows(padded_y, dim, positions), dim + 1, dims + 2)
+            group = padded if rows == slice(None) else padded[rows]
+            return span_sum(gather_windows(padded_y, dim, group), dim + 1, dims + 2)
 
         block_bytes = _block_bytes(y, dim, out_size, positions.shape[1])
         return _in_groups(out_size, block_bytes, GROUPED_BLOCK_BYTES, dim, block_sums), ends - starts
