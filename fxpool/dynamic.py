@@ -111,13 +111,14 @@ def short_windows(length: Any, out_size: int) -> bool:
 
 
 def window_sums(
-    y: torch.Tensor, dim: int, dims: int, out_size: int, zero_appended: bool = False
+    y: torch.Tensor, dim: int, dims: int, out_size: int, zero_appended: bool = False, block_bytes: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each window's sum along spatial axis ``dim`` of a :func:`spatial_first` tensor, and its size (``(o,)``).
     Short windows (:func:`short_windows`) and symbolic lengths gather ``ceil(L/o) + 1`` entries each from the tensor
     with a zero appended (one Pad, unless ``zero_appended`` says :func:`spatial_first` appended it), reading the zero
     past the window's end: one Gather and one ReduceSum, as the static form; a block of :data:`GROUPED_BLOCK_BYTES`
-    or more at the size traced is read for two groups of windows in turn. In onnxruntime at one thread that held
+    or more at the size traced (``block_bytes``, from :func:`block_bytes_traced`; None: unknown) is read for two groups
+    of windows in turn. In onnxruntime at one thread that held
     0.68-0.91x the memory in the TorchScript exporter's graphs (10->7 over 8x512, 13->6 over 2048 channels) and
     0.67-0.88x in the dynamo exporter's (those, 33->6, 1d 1000->101, 14->7), for 0.85-1.07x the time; smaller
     blocks ran up to 1.37x slower in halves.
@@ -138,7 +139,6 @@ def window_sums(
             group = padded if rows == slice(None) else padded[rows]
             return span_sum(gather_windows(padded_y, dim, group), dim + 1, dims + 2)
 
-        block_bytes = _block_bytes(y, dim, out_size, positions.shape[1])
         return _in_groups(out_size, block_bytes, GROUPED_BLOCK_BYTES, dim, block_sums), ends - starts
     fewest = _at_least_one(_div(length, out_size))
 
@@ -152,14 +152,25 @@ def window_sums(
     return sums, ends - starts
 
 
-def _block_bytes(y: torch.Tensor, dim: int, out_size: int, span: Any) -> int | None:
-    """The bytes of ``out_size`` windows of ``span`` entries gathered along ``dim`` of ``y``, at the size traced;
-    None where a size is unknown (torch.fx)."""
-    if isinstance(y, torch.fx.Proxy):
+def traced_shape(x: torch.Tensor) -> list[int] | None:
+    """``x``'s shape at the size traced (:func:`~fxpool.sizechecks.traced_size`), read where no tracer guards on it:
+    not under dynamo (inside ``torch.cond``'s branches it turned the read into a guard, which named Dims refuse);
+    None there, under torch.fx, or where a size is unknown."""
+    if isinstance(x, torch.fx.Proxy) or torch.compiler.is_dynamo_compiling():
         return None
-    sizes = [traced_size(n) for axis, n in enumerate(y.shape) if axis != dim] + [traced_size(span)]
+    sizes = [traced_size(n) for n in x.shape]
     known = [size for size in sizes if size is not None]
-    return out_size * math.prod(known) * y.element_size() if len(known) == len(sizes) else None
+    return known if len(known) == len(sizes) else None
+
+
+def block_bytes_traced(traced: list[int] | None, dims: int, axis: int, out_size: int, x: torch.Tensor) -> int | None:
+    """The bytes of the zero-padded block :func:`window_sums` gathers of ``x`` along spatial axis ``axis`` of ``dims``,
+    from the traced shape of the tensor so far (``(*lead, *spatial)``; None: unknown)."""
+    if traced is None:
+        return None
+    length = traced[axis - dims]
+    others = math.prod(traced) // max(length, 1)
+    return out_size * ((length + out_size - 1) // out_size + 1) * others * x.element_size()
 
 
 def _in_groups(out_size: int, count: Any, smallest: int, dim: int, reduce: Callable[[slice], torch.Tensor]) -> torch.Tensor:
@@ -328,16 +339,17 @@ class _DynamicPool(nn.Module):
         upcast = self.family == "avg" and (not isinstance(dtype, torch.dtype) or dtype in LOW_PRECISION)  # a Proxy: cast
         if upcast:
             x = x.to(torch.promote_types(dtype, torch.float32))  # rounded once, as PyTorch does
-        # dynamo traces the branches: they get ``onnx`` (it answers False for is_in_onnx_export)
-        x = pooled_where_windows_tile(x, self.out_sizes, self.family, lambda y, finite: self._windows(y, onnx, finite))
+        # dynamo traces the branches: they get ``onnx`` (it answers False for is_in_onnx_export) and the traced shape
+        traced = traced_shape(x)
+        x = pooled_where_windows_tile(x, self.out_sizes, self.family, lambda y, finite: self._windows(y, onnx, finite, traced))
         return keep_memory_format(source, x.to(dtype) if upcast else x, len(self.out_sizes))
 
     def _pooled(self) -> list[tuple[int, int]]:
         return [(axis, size) for axis, size in enumerate(self.out_sizes) if size is not None]
 
-    def _windows(self, x: torch.Tensor, onnx: bool, finite: bool = False) -> torch.Tensor:
+    def _windows(self, x: torch.Tensor, onnx: bool, finite: bool = False, traced: list[int] | None = None) -> torch.Tensor:
         """The pool of ``x`` by the module's form; ``finite`` where an If has found every entry finite, so that ONNX
-        maxima need no flag."""
+        maxima need no flag; ``traced``: ``x``'s shape at the size traced (:func:`traced_shape`)."""
         raise NotImplementedError
 
     def _slicing(self, onnx: bool) -> bool:
@@ -359,7 +371,7 @@ class DynamicAdaptiveAvgPool(_DynamicPool):
 
     family = "avg"
 
-    def _windows(self, x: torch.Tensor, onnx: bool, finite: bool = False) -> torch.Tensor:
+    def _windows(self, x: torch.Tensor, onnx: bool, finite: bool = False, traced: list[int] | None = None) -> torch.Tensor:
         dims, pooled = len(self.out_sizes), self._pooled()
         if self._slicing(onnx):
             for axis, size in pooled:
@@ -371,7 +383,10 @@ class DynamicAdaptiveAvgPool(_DynamicPool):
             x = spatial_first(x, dims, first if padded else None)
             counts = None
             for axis, size in order:
-                x, count = window_sums(x, axis, dims, size, padded and axis == first)
+                block_bytes = block_bytes_traced(traced, dims, axis, size, x)
+                x, count = window_sums(x, axis, dims, size, padded and axis == first, block_bytes)
+                if traced is not None:  # the axis pooled, for the next axis's block
+                    traced = [size if i == len(traced) - dims + axis else n for i, n in enumerate(traced)]
                 count = count.to(x.dtype).reshape([-1 if a == axis else 1 for a in range(dims)])
                 counts = count if counts is None else counts * count
             assert counts is not None
@@ -384,7 +399,7 @@ class DynamicAdaptiveMaxPool(_DynamicPool):
 
     family = "max"
 
-    def _windows(self, x: torch.Tensor, onnx: bool, finite: bool = False) -> torch.Tensor:
+    def _windows(self, x: torch.Tensor, onnx: bool, finite: bool = False, traced: list[int] | None = None) -> torch.Tensor:
         dims, pooled = len(self.out_sizes), self._pooled()
         flagged = onnx and not finite  # ONNX's ReduceMax skips NaN (onnxruntime) or starts from the lowest float (OpenVINO)
         if needs_gradient(x) and not onnx:

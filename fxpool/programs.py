@@ -27,6 +27,7 @@ from .example import Example, read_example
 from .finding import FoundPools, PoolSite
 from .proving import ATEN_KINDS, NativePool, TracedPools
 from .recording import PoolEvent, Recording
+from .sizechecks import traced_size
 
 PROGRAM_SCOPE = "<program>"
 GRAPH_SCOPE = "<graph>"
@@ -194,15 +195,13 @@ def _random_inputs(program: ExportedProgram) -> tuple[Any, Any]:
 
 
 def _hint(size: Any) -> int:
-    if isinstance(size, int):
-        return size
-    hint = size.node.hint
+    hint = traced_size(size)
     if hint is None:
         raise ExampleInputError(
             f"the program has no stored example inputs and its symbolic size {size} has no example value; pass "
             f"fxpool.convert(program, example_input)"
         )
-    return int(hint)
+    return hint
 
 
 def _user_input_values(program: ExportedProgram) -> list[Any]:
@@ -354,5 +353,6 @@ def _example_shape(fake: Any) -> tuple[int, ...] | None:
     """A graph value's shape at the example (a symbolic size at its example value), None where unknown."""
     if not isinstance(fake, torch.Tensor):
         return None
-    sizes = [s if isinstance(s, int) else s.node.hint for s in fake.shape]
-    return None if any(s is None for s in sizes) else tuple(int(s) for s in sizes)
+    sizes = [traced_size(s) for s in fake.shape]
+    known = [s for s in sizes if s is not None]
+    return tuple(known) if len(known) == len(sizes) else None
