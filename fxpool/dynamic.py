@@ -40,7 +40,7 @@ from .forms import (
 from .onnxnodes import quotient, window_slices
 from .planning import DynamicKind
 from .replacements import native_pool_function, native_pool_module, normalized_output_size
-from .sizechecks import check_input, in_onnx_export, plain_eager, static_size, traced_size
+from .sizechecks import check_input, in_onnx_export, plain_eager, static_size, traced_sizes
 from .tiling import pooled_where_windows_tile
 
 torch.fx.wrap("check_input")  # a leaf here too, so converted models trace again with torch.fx
@@ -152,18 +152,16 @@ def window_sums(
     return sums, ends - starts
 
 
-def traced_shape(x: torch.Tensor) -> list[int] | None:
-    """``x``'s shape at the size traced (:func:`~fxpool.sizechecks.traced_size`), read where no tracer guards on it:
+def traced_shape(x: torch.Tensor) -> tuple[int, ...] | None:
+    """``x``'s shape at the size traced (:func:`~fxpool.sizechecks.traced_sizes`), read where no tracer guards on it:
     not under dynamo (inside ``torch.cond``'s branches it turned the read into a guard, which named Dims refuse);
     None there, under torch.fx, or where a size is unknown."""
     if isinstance(x, torch.fx.Proxy) or torch.compiler.is_dynamo_compiling():
         return None
-    sizes = [traced_size(n) for n in x.shape]
-    known = [size for size in sizes if size is not None]
-    return known if len(known) == len(sizes) else None
+    return traced_sizes(x.shape)
 
 
-def block_bytes_traced(traced: list[int] | None, dims: int, axis: int, out_size: int, x: torch.Tensor) -> int | None:
+def block_bytes_traced(traced: tuple[int, ...] | None, dims: int, axis: int, out_size: int, x: torch.Tensor) -> int | None:
     """The bytes of the zero-padded block :func:`window_sums` gathers of ``x`` along spatial axis ``axis`` of ``dims``,
     from the traced shape of the tensor so far (``(*lead, *spatial)``; None: unknown)."""
     if traced is None:
@@ -347,7 +345,7 @@ class _DynamicPool(nn.Module):
     def _pooled(self) -> list[tuple[int, int]]:
         return [(axis, size) for axis, size in enumerate(self.out_sizes) if size is not None]
 
-    def _windows(self, x: torch.Tensor, onnx: bool, finite: bool = False, traced: list[int] | None = None) -> torch.Tensor:
+    def _windows(self, x: torch.Tensor, onnx: bool, finite: bool = False, traced: tuple[int, ...] | None = None) -> torch.Tensor:
         """The pool of ``x`` by the module's form; ``finite`` where an If has found every entry finite, so that ONNX
         maxima need no flag; ``traced``: ``x``'s shape at the size traced (:func:`traced_shape`)."""
         raise NotImplementedError
@@ -371,7 +369,7 @@ class DynamicAdaptiveAvgPool(_DynamicPool):
 
     family = "avg"
 
-    def _windows(self, x: torch.Tensor, onnx: bool, finite: bool = False, traced: list[int] | None = None) -> torch.Tensor:
+    def _windows(self, x: torch.Tensor, onnx: bool, finite: bool = False, traced: tuple[int, ...] | None = None) -> torch.Tensor:
         dims, pooled = len(self.out_sizes), self._pooled()
         if self._slicing(onnx):
             for axis, size in pooled:
@@ -386,7 +384,7 @@ class DynamicAdaptiveAvgPool(_DynamicPool):
                 block_bytes = block_bytes_traced(traced, dims, axis, size, x)
                 x, count = window_sums(x, axis, dims, size, padded and axis == first, block_bytes)
                 if traced is not None:  # the axis pooled, for the next axis's block
-                    traced = [size if i == len(traced) - dims + axis else n for i, n in enumerate(traced)]
+                    traced = tuple(size if i == len(traced) - dims + axis else n for i, n in enumerate(traced))
                 count = count.to(x.dtype).reshape([-1 if a == axis else 1 for a in range(dims)])
                 counts = count if counts is None else counts * count
             assert counts is not None
@@ -399,7 +397,7 @@ class DynamicAdaptiveMaxPool(_DynamicPool):
 
     family = "max"
 
-    def _windows(self, x: torch.Tensor, onnx: bool, finite: bool = False, traced: list[int] | None = None) -> torch.Tensor:
+    def _windows(self, x: torch.Tensor, onnx: bool, finite: bool = False, traced: tuple[int, ...] | None = None) -> torch.Tensor:
         dims, pooled = len(self.out_sizes), self._pooled()
         flagged = onnx and not finite  # ONNX's ReduceMax skips NaN (onnxruntime) or starts from the lowest float (OpenVINO)
         if needs_gradient(x) and not onnx:

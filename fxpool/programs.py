@@ -27,7 +27,7 @@ from .example import Example, read_example
 from .finding import FoundPools, PoolSite
 from .proving import ATEN_KINDS, NativePool, TracedPools
 from .recording import PoolEvent, Recording
-from .sizechecks import traced_size
+from .sizechecks import traced_size, traced_sizes
 
 PROGRAM_SCOPE = "<program>"
 GRAPH_SCOPE = "<graph>"
@@ -353,6 +353,4 @@ def _example_shape(fake: Any) -> tuple[int, ...] | None:
     """A graph value's shape at the example (a symbolic size at its example value), None where unknown."""
     if not isinstance(fake, torch.Tensor):
         return None
-    sizes = [traced_size(s) for s in fake.shape]
-    known = [s for s in sizes if s is not None]
-    return tuple(known) if len(known) == len(sizes) else None
+    return traced_sizes(fake.shape)

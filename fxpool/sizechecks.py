@@ -100,6 +100,12 @@ def traced_size(size: object) -> int | None:
     return size if isinstance(size, int) else None
 
 
+def traced_sizes(sizes: Any) -> tuple[int, ...] | None:
+    """Each of ``sizes`` at the size traced (:func:`traced_size`); None where one is unknown."""
+    known = tuple(size for size in map(traced_size, sizes) if size is not None)
+    return known if len(known) == len(sizes) else None
+
+
 _SCRIPTED_CHECK: list[Any] = []
 
 
