@@ -108,7 +108,7 @@ def verify_onnx(path: str, model: nn.Module, example_input: Any, *, rtol: float 
     try:
         onnx.checker.check_model(path)
     except Exception as error:
-        raise ExportVerificationError(f"the exported graph is not valid ONNX: {error}") from error
+        raise ExportVerificationError(f"the exported graph is not valid ONNX: {error}{_returned_inputs(path)}") from error
     try:
         outputs = run_onnxruntime(path, example, forward=model.forward)
     except Exception as error:
@@ -120,6 +120,21 @@ def verify_onnx(path: str, model: nn.Module, example_input: Any, *, rtol: float 
     abs_error, rel_error = _compare(outputs, _expected(model, example), rtol, atol)
     second = _at_a_second_size(path, model, example, rtol, atol)
     return Verification(abs_error, rel_error, f"onnxruntime (CPU) on the graph as exported, against the model{second}")
+
+
+def _returned_inputs(path: str) -> str:
+    """Why a graph names an output after an input, where it does: the model returns that input unchanged."""
+    import onnx
+
+    graph = onnx.load(path, load_external_data=False).graph
+    names = sorted({i.name for i in graph.input} & {o.name for o in graph.output})
+    if not names:
+        return ""
+    return (
+        f". The model returns its input {', '.join(map(repr, names))} unchanged, and torch.onnx's dynamo exporter names"
+        " that output after the input where input_names repeats the forward's parameter name (nn.Identity exports"
+        " so too): pass output_names, or input_names other than the parameter's name"
+    )
 
 
 def _at_a_second_size(path: str, model: nn.Module, example: Example, rtol: float, atol: float) -> str:

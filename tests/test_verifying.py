@@ -181,3 +181,16 @@ def test_the_second_size_grows_an_axis_by_a_power_of_two_that_divides_it_and_at_
     options = {"input_names": ["x"], "dynamic_axes": {"x": {2: "length"}}}
     result = fxpool.export(model, torch.randn(1, 2, length), tmp_path / "m.onnx", dynamo=False, dynamic=True, **options)
     assert result.verified.endswith(f"at x (1, 2, {grown})"), result.verified
+
+
+def test_a_model_returning_its_input_is_refused_with_the_exporters_naming_and_the_fix(tmp_path) -> None:
+    """torch.onnx's dynamo exporter (2.14) writes ``Identity(x) -> x`` for a model that returns its input where
+    input_names repeats the forward's parameter name (nn.Identity too): not valid ONNX. fxpool.export says why and
+    what to pass; with output_names the same export verifies."""
+    pool, x = nn.AdaptiveAvgPool2d(7), torch.randn(1, 3, 7, 7)  # an identity at 7x7, forward(self, x)
+    path = tmp_path / "identity.onnx"
+    with pytest.raises(fxpool.ExportVerificationError, match=r"returns its input 'x' unchanged.*pass output_names"):
+        fxpool.export(pool, x, str(path), dynamo=True, input_names=["x"])
+    assert not path.exists()
+    fxpool.export(pool, x, str(path), dynamo=True, input_names=["x"], output_names=["y"])
+    assert [o.name for o in onnx.load(str(path)).graph.output] == ["y"]
