@@ -91,7 +91,9 @@ class PeakBytes(TorchDispatchMode):
             del self._storages[key]
 
 
-class _Floor(nn.Module):
+class FloorGraph(nn.Module):
+    """The read-once floor: one reduction (ReduceMax) over the spatial axes."""
+
     def __init__(self, dims: int) -> None:
         super().__init__()
         self.dims = tuple(range(-dims, 0))
@@ -109,7 +111,8 @@ def other_sizes(spatial: tuple[int, ...]) -> list[tuple[int, ...]]:
     return [spatial] + [tuple(max(1, math.ceil(s * scale)) for s in spatial) for scale in SCALES]
 
 
-def _export(module: nn.Module, x: torch.Tensor, path: str, dynamic_spatial: bool, dynamo: bool = False) -> None:
+def export_graph(module: nn.Module, x: torch.Tensor, path: str, dynamic_spatial: bool, dynamo: bool = False) -> None:
+    """``module``'s ONNX graph at ``path`` by either exporter, its input named ``x``, the spatial axes dynamic or not."""
     if dynamo:  # dynamic_shapes, as the dynamo exporter asks (its dynamic_axes are translated to them)
         shapes = ({a: torch.export.Dim.DYNAMIC for a in range(2, x.dim())},) if dynamic_spatial else None
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
@@ -206,16 +209,16 @@ def dynamic_case(
     dims = len(output)
     converted = fxpool.convert(native, x, dynamic=True)
     dynamic_path, dynamo_path = f"{workdir}/dynamic.onnx", f"{workdir}/dynamic_dynamo.onnx"
-    _export(converted, x, dynamic_path, dynamic_spatial=True)
-    _export(converted, x, dynamo_path, dynamic_spatial=True, dynamo=True)
+    export_graph(converted, x, dynamic_path, dynamic_spatial=True)
+    export_graph(converted, x, dynamo_path, dynamic_spatial=True, dynamo=True)
     row: dict[str, Any] = {"form": fxpool.report_of(converted).records[0].replacement, "sizes": {}}
     requests = {threads: _openvino_dynamic(native, x, threads) for threads in THREADS}
     for spatial in other_sizes(tuple(shape[-dims:])):
         xs = torch.randn(tuple(shape[:-dims]) + spatial)
         paths = {"dynamic": dynamic_path, "dynamic_dynamo": dynamo_path}
         paths |= {"static": f"{workdir}/static.onnx", "floor": f"{workdir}/floor.onnx"}
-        _export(fxpool.convert(native, xs), xs, paths["static"], dynamic_spatial=False)
-        _export(_Floor(dims), xs, paths["floor"], dynamic_spatial=False)
+        export_graph(fxpool.convert(native, xs), xs, paths["static"], dynamic_spatial=False)
+        export_graph(FloorGraph(dims), xs, paths["floor"], dynamic_spatial=False)
         array = xs.numpy()
         times: dict[str, float] = {}
         for threads in THREADS:

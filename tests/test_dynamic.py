@@ -252,15 +252,15 @@ def test_a_large_zero_padded_block_is_summed_in_halves_in_onnxruntime(shape, dyn
     """A zero-padded block of 2 MiB or more (both blocks here, at the size traced) is gathered for two groups of
     windows in turn, also at the dynamo exporter's symbolic sizes: each graph held 4.2-4.3x input plus output in
     onnxruntime reading it at once, 2.9-3.0x in halves (the meter of ``make bench``)."""
-    from model_zoo_checks.dynamic_benchmarks import _export, _Floor, onnxruntime_peaks
+    from model_zoo_checks.dynamic_benchmarks import FloorGraph, export_graph, onnxruntime_peaks
 
     x = torch.randn(shape)
     module = fxpool.convert(torch.nn.AdaptiveAvgPool2d(6), x, dynamic=True)
     paths = {"pool": str(tmp_path / "pool.onnx"), "floor": str(tmp_path / "floor.onnx")}
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
-        _export(module, x, paths["pool"], dynamic_spatial=True, dynamo=dynamo)
-        _export(_Floor(2), x, paths["floor"], dynamic_spatial=False)
+        export_graph(module, x, paths["pool"], dynamic_spatial=True, dynamo=dynamo)
+        export_graph(FloorGraph(2), x, paths["floor"], dynamic_spatial=False)
     peak = onnxruntime_peaks(paths, shape)["ort_pool_over_in_out"]
     assert peak < 3.5, peak
 
