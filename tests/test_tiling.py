@@ -192,6 +192,25 @@ def test_a_max_graph_reduces_finite_entries_without_the_flag(size: tuple[int, ..
             torch.testing.assert_close(ours, pool(y), rtol=0, atol=0, equal_nan=True, msg=str(run))
 
 
+@pytest.mark.parametrize("dynamic", [True, False], ids=["dynamic sizes", "static size"])
+def test_a_max_graph_reduces_finite_blocks_axis_by_axis_where_windows_tile(dynamic: bool, tmp_path) -> None:
+    """Where every pooled length is a multiple of its output size and no native arm serves (strides 6 and 5 here,
+    then 8 and 8), a max pool's finite input is Reshaped and reduced by ReduceMax axis by axis, as its static graph
+    is, with no Transpose (the gathers' spatial-first copy) in that branch; inputs with NaN and ±inf take the
+    flagged gathers. Bit for bit."""
+    pool = nn.AdaptiveMaxPool2d((6, 4))
+    x = torch.randn(2, 3, 36, 20)
+    path = str(tmp_path / "max.onnx")
+    export_dynamic(fxpool.convert(pool, x, dynamic=True), x, path, ({2: Dim.DYNAMIC, 3: Dim.DYNAMIC},) if dynamic else None)
+    branches = branch_ops(path)
+    assert any({"Reshape", "ReduceMax"} <= ops and not {"Transpose", "LeakyRelu"} & ops for ops in branches), branches
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for run in [(36, 20)] + ([(48, 32), (42, 24), (37, 21)] if dynamic else []):
+        for y in finite_and_not((2, 3, *run), seed=sum(run)):
+            ours = torch.from_numpy(session.run(None, {"x": y.numpy()})[0])
+            torch.testing.assert_close(ours, pool(y), rtol=0, atol=0, equal_nan=True, msg=str(run))
+
+
 @pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
 def test_programs_for_pytorch_runtimes_and_dynamo_itself_keep_one_graph(strict: bool) -> None:
     """``torch.export`` for ExecuTorch or AOTInductor keeps the gathers for every size; so does the dynamo exporter's
