@@ -272,7 +272,10 @@ def reduced_by_axis(x: torch.Tensor, *targets: torch.Tensor, out_sizes: Sequence
         block = sizes[i] // out_size
         shape = [math.prod(sizes[:i]) * out_size, block] + ([math.prod(sizes[i + 1 :])] if i + 1 < len(sizes) else [])
         blocks = onnx_node("Reshape", [x, target], x.dtype, shape)
-        x = blocks.amax(1) if family == "max" else blocks.sum(1)
+        if family == "max":  # ONNX's own: dynamo traces the branch at sizes it never takes, where amax of 0 entries fails
+            x = onnx_node("ReduceMax", [blocks, target[:1] * 0 + 1], x.dtype, [shape[0], 1, *shape[2:]])
+        else:
+            x = blocks.sum(1)
         sizes[i], count = out_size, count * block
     x = onnx_node("Reshape", [x, targets[-1]], x.dtype, sizes)
     return x if family == "max" else x / count
