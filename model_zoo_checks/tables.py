@@ -626,7 +626,7 @@ def _dynamo_line(rows: list[dict[str, Any]]) -> str:
         uniform, _, tiles, _ = window_conditions(lengths, torch.tensor(r["output"]))
         if uniform:
             arms["pool natively"].append(r)
-        elif tiles and "means" in r["form"]:  # the reshapes serve average pools alone
+        elif tiles and r["form"].startswith("dynamic"):  # not a global pool's mean; max pools' finite inputs too
             arms["reshape"].append(r)
     line = (
         f"The dynamo exporter's graphs over the static ones: {_range(ratios)}, at most 1.5 in "
