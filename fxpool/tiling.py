@@ -9,7 +9,7 @@ dynamo ONNX exporter :func:`pooled_where_windows_tile` asks at run time and ``to
   it only where its input is finite: onnxruntime's and OpenVINO's MaxPool skip NaN and give the lowest finite float
   for a window of -inf alone. A 1d or 3d average pool is 2d ones (:func:`average_pool_as_2d`).
 - elsewhere, average pools whose lengths are all multiples of their output sizes reshape: long blocks are summed
-  one axis at a time (:func:`summed_by_axis`), short ones averaged at once (:func:`averaged_at_once`), as
+  one axis at a time (:func:`reduced_by_axis`), short ones averaged at once (:func:`averaged_at_once`), as
   onnxruntime runs fastest.
 - everything else gathers the windows (``windows``). A max pool's input that its ReduceL1 finds finite gets them
   reduced by ReduceMax alone, without the flag that NaN and -inf need (0.4-0.8x the time in onnxruntime), or where
@@ -92,7 +92,7 @@ def pooled_where_windows_tile(x: torch.Tensor, out_sizes: Sequence[int | None], 
             return torch.cond(tiles, in_blocks, lambda z, *_: windows(z, True), (y, shape, output))
 
         def in_blocks(y: torch.Tensor, shape: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
-            return reduced_by_axis(y, *_by_axis_targets(shape, out_sizes), output, out_sizes=out_sizes, family="max")
+            return reduced_by_axis(y, shape, output, out_sizes, "max")
 
         return torch.cond(finite, unflagged, gathered, (x, key, output, shape, tiles, uniform))
 
@@ -105,7 +105,7 @@ def pooled_where_windows_tile(x: torch.Tensor, out_sizes: Sequence[int | None], 
         return torch.cond(long, by_axis, at_once, (y, shape, output))
 
     def by_axis(y: torch.Tensor, shape: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
-        return reduced_by_axis(y, *_by_axis_targets(shape, out_sizes), output, out_sizes=out_sizes)
+        return reduced_by_axis(y, shape, output, out_sizes)
 
     def at_once(y: torch.Tensor, shape: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
         return averaged_at_once(y, _at_once_target(shape, out_sizes), out_sizes=out_sizes)
@@ -132,9 +132,7 @@ def _at_static_sizes(x: torch.Tensor, out_sizes: Sequence[int | None], family: s
                 return native_pool(y, out_sizes, family, stride, kernel - stride)
             if blocks:
                 shape = onnx_shape(y)
-                return reduced_by_axis(
-                    y, *_by_axis_targets(shape, out_sizes), _output_shape(shape, out_sizes), out_sizes=out_sizes, family="max"
-                )
+                return reduced_by_axis(y, shape, _output_shape(shape, out_sizes), out_sizes, "max")
             return windows(y, True)
 
         return torch.cond(_finite(x), finite_arm, lambda y: windows(y, False), (x,))
@@ -142,7 +140,7 @@ def _at_static_sizes(x: torch.Tensor, out_sizes: Sequence[int | None], family: s
         return windows(x, False)
     shape = onnx_shape(x)
     if min(length // size for length, size in axes) >= LONG_BLOCKS:
-        return reduced_by_axis(x, *_by_axis_targets(shape, out_sizes), _output_shape(shape, out_sizes), out_sizes=out_sizes)
+        return reduced_by_axis(x, shape, _output_shape(shape, out_sizes), out_sizes)
     return averaged_at_once(x, _at_once_target(shape, out_sizes), out_sizes=out_sizes)
 
 
@@ -260,24 +258,28 @@ def averaged_at_once(x: torch.Tensor, target: torch.Tensor, out_sizes: Sequence[
     return onnx_node("Reshape", [x, target], x.dtype, sizes).mean(blocks)
 
 
-def reduced_by_axis(x: torch.Tensor, *targets: torch.Tensor, out_sizes: Sequence[int | None], family: str = "avg") -> torch.Tensor:
-    """Each window's mean (or maximum, for finite entries: onnxruntime's ReduceMax skips NaN): per pooled axis one
+def reduced_by_axis(
+    x: torch.Tensor, shape: torch.Tensor, output: torch.Tensor, out_sizes: Sequence[int | None], family: str = "avg"
+) -> torch.Tensor:
+    """Each window's mean (or maximum, for finite entries: onnxruntime's ReduceMax skips NaN) where every pooled length
+    is a multiple of its output size (``shape``: ``x``'s runtime shape; ``output``: the output's): per pooled axis one
     ONNX Reshape of the tensor so far to ``(outer * o, L // o, inner)`` (``(outer * o, L // o)`` for the last axis)
     and one ReduceSum (ReduceMax) of its blocks, as the static graph reduces; then a Reshape to the output's shape and
     for a mean one Div by the window size."""
+    targets = _by_axis_targets(shape, out_sizes)
     dims = len(out_sizes)
     sizes, count = list(x.shape), 1
     pooled = [(len(sizes) - dims + axis, size) for axis, size in enumerate(out_sizes) if size is not None]
     for (i, out_size), target in zip(pooled, targets):
         block = sizes[i] // out_size
-        shape = [math.prod(sizes[:i]) * out_size, block] + ([math.prod(sizes[i + 1 :])] if i + 1 < len(sizes) else [])
-        blocks = onnx_node("Reshape", [x, target], x.dtype, shape)
+        split = [math.prod(sizes[:i]) * out_size, block] + ([math.prod(sizes[i + 1 :])] if i + 1 < len(sizes) else [])
+        blocks = onnx_node("Reshape", [x, target], x.dtype, split)
         if family == "max":  # ONNX's own: dynamo traces the branch at sizes it never takes, where amax of 0 entries fails
-            x = onnx_node("ReduceMax", [blocks, target[:1] * 0 + 1], x.dtype, [shape[0], 1, *shape[2:]])
+            x = onnx_node("ReduceMax", [blocks, target[:1] * 0 + 1], x.dtype, [split[0], 1, *split[2:]])
         else:
             x = blocks.sum(1)
         sizes[i], count = out_size, count * block
-    x = onnx_node("Reshape", [x, targets[-1]], x.dtype, sizes)
+    x = onnx_node("Reshape", [x, output], x.dtype, sizes)
     return x if family == "max" else x / count
 
 
@@ -292,7 +294,7 @@ def _at_once_target(shape: torch.Tensor, out_sizes: Sequence[int | None]) -> tor
 
 
 def _by_axis_targets(shape: torch.Tensor, out_sizes: Sequence[int | None]) -> list[torch.Tensor]:
-    """:func:`summed_by_axis`'s Reshape targets: ``(-1, L // o, inner)`` per pooled axis."""
+    """:func:`reduced_by_axis`'s Reshape targets: ``(-1, L // o, inner)`` per pooled axis."""
     rank, dims = shape.shape[0], len(out_sizes)
     minus_one, targets = shape[:1] * 0 - 1, []  # constants as arithmetic on the shape: nothing to fold inside the If
     for axis, out_size in enumerate(out_sizes):
